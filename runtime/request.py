@@ -1,0 +1,66 @@
+"""Per-request state on the engine's hot path, and the events a request streams back."""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from runtime.cache.radix import TreeNode
+from runtime.model import SeqKV
+from runtime.sampling import Sampler, SamplingParams
+
+
+@dataclass(slots=True)
+class Request:
+    rid: str
+    input_ids: list[int]
+    params: SamplingParams
+    namespace: str
+    use_cache: bool
+    session_id: str | None
+    priority: int
+    sampler: Sampler
+    grammar: Any | None = None  # runtime.grammar.GrammarMatcher
+    arrival: float = field(default_factory=time.perf_counter)
+    # scheduling state
+    cached_len: int = 0  # prompt tokens served from the cache (reported)
+    tree_len: int = 0  # leading positions whose slots the tree owns (locked through last_node)
+    last_node: TreeNode | None = None  # locked while the request runs
+    slots: list[int] = field(default_factory=list)  # KV slot per position (cached + reserved)
+    kv: SeqKV | None = None
+    output_ids: list[int] = field(default_factory=list)
+    first_token_time: float | None = None
+    finish_reason: dict[str, Any] | None = None
+    aborted: bool = False
+    events: queue.SimpleQueue = field(default_factory=queue.SimpleQueue)
+    done: threading.Event = field(default_factory=threading.Event)
+    text: str = ""
+    error: BaseException | None = None
+
+    @property
+    def prefilled(self) -> bool:
+        return self.kv is not None and self.kv.length >= len(self.input_ids)
+
+    def next_chunk(self, budget: int) -> list[int]:
+        """The tokens this request feeds into the next forward step."""
+        assert self.kv is not None
+        if not self.prefilled:
+            return self.input_ids[self.kv.length : self.kv.length + budget]
+        return [self.output_ids[-1]]
+
+    def meta_info(self, now: float) -> dict[str, Any]:
+        return {
+            "id": self.rid,
+            "prompt_tokens": len(self.input_ids),
+            "completion_tokens": len(self.output_ids),
+            "cached_tokens": self.cached_len,
+            "finish_reason": self.finish_reason,
+            "e2e_latency": now - self.arrival,
+            "ttft": (self.first_token_time or now) - self.arrival,
+        }
+
+    def result(self, now: float) -> dict[str, Any]:
+        return {"text": self.text, "output_ids": list(self.output_ids), "meta_info": self.meta_info(now)}
