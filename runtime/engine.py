@@ -7,7 +7,7 @@ import logging
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any
 
 import torch
@@ -30,25 +30,35 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 class Engine:
     def __init__(self, model_path: str | None = None, **config: Any) -> None:
         self.config = EngineConfig(model_path=model_path, **config)
-        cfg = self.config
-        if cfg.num_threads:
-            torch.set_num_threads(cfg.num_threads)
-        dtype = DTYPES[cfg.dtype]
+        if self.config.num_threads:
+            torch.set_num_threads(self.config.num_threads)
         started = time.perf_counter()
-        loaded = model_files.load(cfg.model_path, torch.float32)
-        self.tokenizer = loaded.tokenizer
-        self.model = LlamaModel(ModelConfig.from_hf(loaded.hf_config), loaded.state_dict, dtype, cfg.device)
-        self.model_name = cfg.served_model_name or loaded.name
-        self.model_path = loaded.path
-        mc = self.model.cfg
-        self.context_length = min(cfg.context_length or mc.max_positions, mc.max_positions)
-        self._setup_cache(mc, dtype)
-        self.eos_ids = self._eos_ids(loaded.hf_config)
-        self._closed = False
+        loaded = model_files.load(self.config.model_path, torch.float32)
+        model = LlamaModel(ModelConfig.from_hf(loaded.hf_config), loaded.state_dict,
+                           DTYPES[self.config.dtype], self.config.device)
+        self._assemble(model, loaded.tokenizer, loaded.path, loaded.name, self._eos_ids(loaded))
         log.info("engine ready in %.1fs: %s, %s, pool %d tokens (%.0f MiB), policy %s, cache %s",
-                 time.perf_counter() - started, self.model_name, cfg.dtype, self.pool.size,
-                 self.pool.capacity_bytes / 2**20, cfg.radix_eviction_policy,
-                 "off" if cfg.disable_radix_cache else "on")
+                 time.perf_counter() - started, self.model_name, self.config.dtype, self.pool.size,
+                 self.pool.capacity_bytes / 2**20, self.config.radix_eviction_policy,
+                 "off" if self.config.disable_radix_cache else "on")
+
+    def sibling(self, **overrides: Any) -> Engine:
+        """A second engine over the same weights with its own pool, cache and config overrides
+        (e.g. the uncached baseline: `engine.sibling(disable_radix_cache=True)`). No reload."""
+        if "model_path" in overrides or "dtype" in overrides or "device" in overrides:
+            raise InvalidRequest("a sibling shares the weights: model_path, dtype and device cannot change")
+        other = object.__new__(Engine)
+        other.config = replace(self.config, **overrides)
+        other._assemble(self.model, self.tokenizer, self.model_path, self.model_name, self.eos_ids)
+        return other
+
+    def _assemble(self, model: LlamaModel, tokenizer: Any, path: str, name: str, eos_ids: set[int]) -> None:
+        self.model, self.tokenizer, self.model_path, self.eos_ids = model, tokenizer, path, eos_ids
+        self.model_name = self.config.served_model_name or name
+        mc = model.cfg
+        self.context_length = min(self.config.context_length or mc.max_positions, mc.max_positions)
+        self._setup_cache(mc, model.dtype)
+        self._closed = False
 
     def _setup_cache(self, mc: ModelConfig, dtype: torch.dtype) -> None:
         from runtime.cache.sessions import SessionRegistry
@@ -61,16 +71,16 @@ class Engine:
         self.sessions = SessionRegistry(clock=time.monotonic)
         kwargs = {"sessions": self.sessions} if cfg.radix_eviction_policy == "session" else {}
         self.cache = RadixCache(self.pool, make_policy(cfg.radix_eviction_policy, **kwargs))
-        self.scheduler = Scheduler(self.model, self.pool, self.cache, self.tokenizer, set(),
+        self.scheduler = Scheduler(self.model, self.pool, self.cache, self.tokenizer, self.eos_ids,
                                    cfg.max_running_requests, cfg.chunked_prefill_size,
                                    not cfg.disable_radix_cache, self.sessions)
 
-    def _eos_ids(self, hf_config: Any) -> set[int]:
-        ids = {self.tokenizer.eos_token_id}
-        extra = getattr(hf_config, "eos_token_id", None)
+    @staticmethod
+    def _eos_ids(loaded: model_files.LoadedModel) -> set[int]:
+        ids = {loaded.tokenizer.eos_token_id}
+        extra = getattr(loaded.hf_config, "eos_token_id", None)
         ids |= set(extra) if isinstance(extra, list) else {extra}
         ids.discard(None)
-        self.scheduler.eos_ids = ids
         return ids
 
     # ---- requests ---------------------------------------------------------------------
