@@ -1,0 +1,77 @@
+"""The action protocol: the JSON schema that constrains the model's turn, and its parser."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from agent.errors import ParseError
+from agent.tools import Tool, canonical_json
+
+ActionKind = Literal["tool", "answer", "dead_end", "thought"]
+
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    kind: ActionKind
+    text: str | None = None  # answer / dead-end reason / thought
+    tool: str | None = None
+    arguments: dict[str, Any] | None = None
+
+
+def _object(properties: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": list(properties),
+        "additionalProperties": False,
+    }
+
+
+def action_schema(tools: Sequence[Tool], dead_end: bool = False) -> str:
+    """anyOf one object per tool ({"tool": const, "arguments": its schema}), answer, dead end.
+
+    The branches are disjoint by their required keys, so anyOf is as strict as oneOf and is
+    what every grammar backend (llguidance, xgrammar, outlines) supports. Keys are NOT sorted:
+    grammar engines emit properties in schema order, and "tool" must come before "arguments"
+    (and arguments in signature order). The schema is a sampling parameter, not prompt text.
+    """
+    branches = [
+        _object({"tool": {"const": t.name}, "arguments": t.parameters_schema()})
+        for t in sorted(tools, key=lambda t: t.name)
+    ]
+    branches.append(_object({"answer": {"type": "string"}}))
+    if dead_end:
+        branches.append(_object({"dead_end": {"type": "string"}}))
+    return _ordered_json({"anyOf": branches})
+
+
+def thought_schema() -> str:
+    return _ordered_json(_object({"thought": {"type": "string"}}))
+
+
+def _ordered_json(value: Any) -> str:
+    """Deterministic (built in a fixed order), compact, key order preserved."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def parse_action(text: str) -> Action:
+    """Raises ParseError when `text` is not exactly one JSON object of a known action shape."""
+    try:
+        data = json.loads(text.strip().removesuffix("<|im_end|>"))
+    except json.JSONDecodeError as exc:
+        raise ParseError(f"invalid JSON: {exc.msg} at char {exc.pos}") from None
+    if not isinstance(data, dict):
+        raise ParseError("expected a JSON object")
+    if "tool" in data:
+        name, arguments = data.get("tool"), data.get("arguments", {})
+        if not isinstance(name, str):
+            raise ParseError('"tool" must be a string')
+        return Action("tool", tool=name, arguments=arguments)
+    for key, kind in (("answer", "answer"), ("dead_end", "dead_end"), ("thought", "thought")):
+        if key in data:
+            value = data[key]
+            return Action(kind, text=value if isinstance(value, str) else canonical_json(value))  # type: ignore[arg-type]
+    raise ParseError('expected "tool", "answer" or "dead_end"')

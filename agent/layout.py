@@ -1,0 +1,161 @@
+"""PromptLayout: a frozen head rendered once, then an append-only log of ChatML pieces.
+
+With a backend that accepts token ids, each piece is tokenized on its own (once) and the
+model's own `output_ids` stand for its turns, so every prompt is the previous prompt + output
+plus new pieces, token for token: the prefix cache can never miss on a re-tokenization.
+Without one, the same pieces are joined as text, which extends byte for byte.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from agent import prompts
+from agent.tools import Tool
+
+Tokenize = Callable[[str], list[int]]
+Document = str | tuple[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class Piece:
+    """A span of the prompt: its text, and its token ids in token mode (None in text mode)."""
+
+    text: str
+    ids: tuple[int, ...] | None
+
+
+@dataclass(frozen=True, slots=True)
+class Prompt:
+    """A rendered prompt; `ids` is None in text mode."""
+
+    text: str
+    ids: list[int] | None
+
+
+def normalize_document(text: str) -> str:
+    """One spelling per document: NFC, LF line ends, no trailing spaces, no outer blank lines."""
+    text = unicodedata.normalize("NFC", text).replace("\r\n", "\n").replace("\r", "\n")
+    return "\n".join(line.rstrip() for line in text.split("\n")).strip("\n")
+
+
+def render_head_text(
+    system: str, tools: Sequence[Tool], documents: Sequence[Document], dead_end: bool
+) -> str:
+    """The system message: instructions, the action protocol, tool schemas, documents."""
+    content = system.strip()
+    if tools:
+        content += "\n\n" + prompts.PROTOCOL.format(dead_end=prompts.DEAD_END_LINE if dead_end else "")
+        # Sorted by name so that reordering the tools list in code cannot change the prompt.
+        specs = "\n".join(t.spec_json() for t in sorted(tools, key=lambda t: t.name))
+        content += prompts.TOOLS_SECTION.format(tools=specs)
+    if documents:
+        content += prompts.DOCUMENTS_SECTION
+        for index, doc in enumerate(documents, start=1):
+            title, text = doc if isinstance(doc, tuple) else (f"{index}", doc)
+            content += prompts.DOCUMENT.format(index=index, title=title, text=normalize_document(text))
+    return prompts.MESSAGE.format(role="system", content=content)
+
+
+class PromptLayout:
+    """Head + append-only log. `truncate(mark)` is the only way to shorten it (rollback).
+
+    `system` may be a callable: it is then re-rendered for every prompt (a dynamic head, e.g. a
+    clock). That breaks the prefix on purpose-less changes; the trace's `prefix_break` shows it.
+    """
+
+    def __init__(
+        self,
+        system: str | Callable[[], str],
+        tools: Sequence[Tool] = (),
+        documents: Sequence[Document] = (),
+        tokenize: Tokenize | None = None,
+        dead_end: bool = False,
+    ) -> None:
+        self._system = system
+        self._tools = tuple(tools)
+        self._documents = tuple(documents)
+        self._dead_end = dead_end
+        self._tokenize = tokenize
+        self._head: Piece | None = None if callable(system) else self._head_piece(system)
+        self._log: list[Piece] = []
+        self._gen = self._piece(prompts.GENERATION_PROMPT)
+        self._im_end = self._single_id(prompts.IM_END)
+
+    @property
+    def token_mode(self) -> bool:
+        return self._tokenize is not None
+
+    def _piece(self, text: str) -> Piece:
+        return Piece(text, tuple(self._tokenize(text)) if self._tokenize else None)
+
+    def _single_id(self, text: str) -> int | None:
+        ids = self._piece(text).ids
+        return ids[0] if ids and len(ids) == 1 else None
+
+    def _head_piece(self, system: str) -> Piece:
+        return self._piece(render_head_text(system, self._tools, self._documents, self._dead_end))
+
+    def head(self) -> Piece:
+        if self._head is not None:
+            return self._head
+        return self._head_piece(self._system())  # type: ignore[operator]
+
+    # -- appending ---------------------------------------------------------------------------
+
+    def add_message(self, role: str, content: str) -> None:
+        self._log.append(self._piece(prompts.MESSAGE.format(role=role, content=content)))
+
+    def add_assistant(self, text: str, output_ids: Sequence[int]) -> Piece:
+        """The model's turn, exactly as generated, after the generation prompt it answered.
+
+        Returns the output's piece (the units the next prompt carries for it)."""
+        self._log.append(self._gen)
+        ids: tuple[int, ...] | None = None
+        if self._tokenize is not None:
+            ids = tuple(output_ids) if output_ids else tuple(self._tokenize(text))
+        out = Piece(text, ids)
+        self._log.append(out)
+        self._log.append(self._close(text, ids))
+        return out
+
+    def _close(self, text: str, ids: tuple[int, ...] | None) -> Piece:
+        # The output may already end in <|im_end|> (as a stop token id or as text): close only once.
+        close_text = "\n" if text.endswith(prompts.IM_END) else prompts.ASSISTANT_CLOSE
+        if ids is None:
+            return Piece(close_text, None)
+        ended = bool(ids) and self._im_end is not None and ids[-1] == self._im_end
+        return Piece(close_text, tuple(self._tokenize("\n" if ended else prompts.ASSISTANT_CLOSE)))  # type: ignore[misc]
+
+    # -- rendering / rollback ----------------------------------------------------------------
+
+    def mark(self) -> int:
+        return len(self._log)
+
+    def truncate(self, mark: int) -> None:
+        if not 0 <= mark <= len(self._log):
+            raise ValueError(f"mark {mark} outside the log (0..{len(self._log)})")
+        del self._log[mark:]
+
+    def render(self, mark: int | None = None, generation_prompt: bool = True) -> Prompt:
+        """Head + log[:mark] (+ the assistant generation prompt)."""
+        pieces = [self.head(), *self._log[: len(self._log) if mark is None else mark]]
+        if generation_prompt:
+            pieces.append(self._gen)
+        text = "".join(p.text for p in pieces)
+        if self._tokenize is None:
+            return Prompt(text, None)
+        ids: list[int] = []
+        for piece in pieces:
+            ids.extend(piece.ids or ())
+        return Prompt(text, ids)
+
+    def clone(self) -> PromptLayout:
+        """An independent copy sharing the (immutable) head and pieces: fork branches start here."""
+        other = object.__new__(PromptLayout)
+        for name in ("_system", "_tools", "_documents", "_dead_end", "_tokenize", "_head", "_gen", "_im_end"):
+            setattr(other, name, getattr(self, name))
+        other._log = list(self._log)
+        return other

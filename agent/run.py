@@ -1,0 +1,356 @@
+"""Run: one branch of an agent session, driven one model call at a time.
+
+`step()` renders the prompt (head + append-only log), calls the backend under the action
+schema, appends the model's turn verbatim, then acts: run a tool, accept/reject an answer,
+reflect, or roll back to a checkpoint. Every call becomes a `StepRecord` in the trace.
+Custom policies drive `step()` themselves and use `checkpoint()` / `rollback()`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from agent import prompts
+from agent.actions import Action, action_schema, parse_action, thought_schema
+from agent.config import AgentConfig
+from agent.errors import ParseError
+from agent.layout import Piece, Prompt, PromptLayout
+from agent.result import Checkpoint, RunResult, Step
+from agent.tools import Tool, ToolResult
+from agent.trace import SessionLedger, StepRecord, TraceWriter, warn_prefix_break
+from runtime.backends.base import Backend, Completion
+from runtime.errors import RadixAgentError
+
+log = logging.getLogger(__name__)
+
+Verify = Callable[[str], Any]
+
+
+@dataclass(slots=True)
+class RunContext:
+    """What the branches of one run share: backend, session, ledgers, trace file."""
+
+    backend: Backend
+    config: AgentConfig
+    tools: dict[str, Tool]
+    verify: Verify | None
+    session_id: str
+    run_id: str
+    breaks: SessionLedger  # on what is sent: token ids, or characters in text mode
+    ideal: SessionLedger  # on token ids (characters when the backend cannot tokenize)
+    tokenize: Callable[[str], list[int]] | None  # set when ideal units are token ids
+    writer: TraceWriter | None
+    cache_salt: str | None = None
+    priority: int | None = None
+
+    def event(self, kind: str, **info: Any) -> None:
+        """Session events are hints to the cache: a failure to deliver one never stops a run."""
+        try:
+            self.backend.session_event(self.session_id, kind, **info)  # type: ignore[arg-type]
+        except RadixAgentError as exc:
+            log.warning("session event %s for %s failed: %s", kind, self.session_id, exc)
+
+
+def _verdict(verify: Verify, answer: str) -> tuple[bool, str]:
+    try:
+        verdict = verify(answer)
+    except Exception as exc:  # a crashing verifier rejects; it does not crash the agent
+        return False, f"verifier raised {type(exc).__name__}: {exc}"
+    if isinstance(verdict, tuple):
+        return bool(verdict[0]), str(verdict[1]) if len(verdict) > 1 else "rejected"
+    return bool(verdict), "rejected by the verifier"
+
+
+class Run:
+    """One branch. Not thread-safe; fork gives each branch its own Run."""
+
+    def __init__(
+        self,
+        ctx: RunContext,
+        layout: PromptLayout,
+        task: str | None,
+        branch: int = 0,
+        sampling: dict[str, Any] | None = None,
+    ) -> None:
+        self.ctx, self.layout, self.branch = ctx, layout, branch
+        self.sampling = dict(sampling if sampling is not None else ctx.config.sampling)
+        self.steps: list[Step] = []
+        self.trace: list[StepRecord] = []
+        self.status = "running"
+        self.answer: str | None = None
+        self.verified: bool | None = None
+        self._errors = 0
+        self._backtracks = 0
+        self._next: str | None = None  # "reflect" | "backtrack": the kind of the next call
+        self._last_full: Sequence[Any] = ()  # latest prompt+output sent on this branch
+        if task is not None:
+            layout.add_message("user", prompts.TASK.format(task=task))
+        self.checkpoints: list[Checkpoint] = [self.checkpoint()]
+
+    @property
+    def done(self) -> bool:
+        return self.status != "running"
+
+    # -- checkpoints ---------------------------------------------------------------------------
+
+    def checkpoint(self) -> Checkpoint:
+        """The current end of the log; later prompts may roll back to extend exactly this."""
+        head = self.layout.render(generation_prompt=False)
+        return Checkpoint(self.layout.mark(), len(self.steps), self._break_units(head))
+
+    def rollback(self, checkpoint: Checkpoint, note: str | None = None) -> None:
+        """Drop the log after `checkpoint` (a declared rollback), optionally append `note`.
+
+        The abandoned branch is reported to the backend so its cache can evict it first.
+        """
+        abandoned = list(self._last_full)
+        self.layout.truncate(checkpoint.mark)
+        for step in self.steps[checkpoint.step :]:
+            step.abandoned = True
+        self.ctx.breaks.expect(self.branch, checkpoint.units)
+        self.ctx.event("abandon", **self._abandon_info(abandoned, checkpoint))
+        if note:
+            self.layout.add_message("user", note)
+        self._backtracks += 1
+        self._errors = 0
+        self._next = "backtrack"
+
+    def _abandon_info(self, abandoned: list[Any], checkpoint: Checkpoint) -> dict[str, Any]:
+        """`input_ids` of the abandoned context and `keep`: how many leading tokens stay live."""
+        info: dict[str, Any] = {"branch": self.branch}
+        if self.layout.token_mode:
+            return {**info, "input_ids": abandoned, "keep": len(checkpoint.units)}
+        text, tokenize = "".join(abandoned), self.ctx.tokenize
+        info["text"] = text
+        if tokenize is not None:
+            info["input_ids"] = tokenize(text)
+            info["keep"] = len(tokenize("".join(checkpoint.units)))
+        return info
+
+    # -- the loop ------------------------------------------------------------------------------
+
+    def step(self) -> Step:
+        """One model call and its consequence. Raises RuntimeError when the run is over."""
+        if self.done:
+            raise RuntimeError(f"run is over ({self.status})")
+        kind, self._next = self._next or "act", None
+        if kind == "reflect":
+            self.layout.add_message("user", prompts.REFLECT)
+        prompt = self.layout.render()
+        schema = thought_schema() if kind == "reflect" else self._schema()
+        step = Step(index=len(self.steps), branch=self.branch, kind=kind)
+        self.steps.append(step)
+        completion = self._call(prompt, schema, step)
+        if completion is None:
+            self.status = "error"
+            return step
+        step.output = completion.text
+        out = self.layout.add_assistant(completion.text, completion.output_ids)
+        # Ledger first: acting may roll back, which declares what the next prompt must extend.
+        brk, ideal = self._ledger(prompt, completion, out)
+        if kind != "reflect":
+            self._act(step)
+        self._record(step, completion, brk, ideal)
+        self._after(step)
+        return step
+
+    def _schema(self) -> str:
+        return action_schema(list(self.ctx.tools.values()), dead_end=self.ctx.config.dead_end)
+
+    def _call(self, prompt: Prompt, schema: str, step: Step) -> Completion | None:
+        params = {**self.sampling, "json_schema": schema}
+        try:
+            return self.generate(prompt, params, rid=f"{self.ctx.run_id}-b{self.branch}-s{step.index}")
+        except RadixAgentError as exc:  # model errors are data in the step, and in the trace
+            step.error = f"{type(exc).__name__}: {exc}"
+            self._record_failure(step, prompt)
+            return None
+
+    def generate(self, prompt: Prompt, params: dict[str, Any], rid: str) -> Completion:
+        ctx = self.ctx
+        return ctx.backend.generate(
+            prompt=None if prompt.ids is not None else prompt.text,
+            input_ids=prompt.ids,
+            sampling_params=params,
+            session_id=ctx.session_id,
+            cache_salt=ctx.cache_salt,
+            priority=ctx.priority,
+            rid=rid,
+        )
+
+    def _act(self, step: Step) -> None:
+        try:
+            action = parse_action(step.output)
+        except ParseError as exc:
+            self._fail(step, prompts.PARSE_ERROR.format(message=exc))
+            return
+        step.action = action
+        if action.kind == "tool":
+            self._run_tool(step, action)
+        elif action.kind == "answer":
+            self._answer(step, action.text or "")
+        elif action.kind == "dead_end":
+            note = prompts.DEAD_END_NOTE.format(reason=action.text)
+            if not self._backtrack(note):
+                self.status = "dead_end"
+
+    def _run_tool(self, step: Step, action: Action) -> None:
+        call_id = f"call_{step.index}"  # deterministic: the step number, never a random id
+        tool = self.ctx.tools.get(action.tool or "")
+        if tool is None:
+            result = ToolResult(None, f"unknown tool {action.tool!r}", "unknown_tool")
+        else:
+            self.ctx.event("tool_wait", expected_s=tool.expected_s, tool=tool.name, branch=self.branch)
+            result = tool.invoke(action.arguments)
+            self.ctx.event("resume", branch=self.branch)
+        step.tool = {
+            "name": action.tool,
+            "arguments": action.arguments,
+            "result": result.result,
+            "error": result.error,
+        }
+        if result.ok:
+            self._errors = 0
+            step.observation = prompts.OBSERVATION.format(call_id=call_id, content=result.result)
+            self.layout.add_message("user", step.observation)
+            return
+        message = prompts.TOOL_ERROR.format(call_id=call_id, kind=result.error_kind, message=result.error)
+        self._fail(step, message)
+
+    def _fail(self, step: Step, observation: str) -> None:
+        """A failed action: tell the model; reflect, or abandon the branch after repeated errors."""
+        step.observation = observation
+        self.layout.add_message("user", observation)
+        self._errors += 1
+        if self._errors >= self.ctx.config.max_errors:
+            note = prompts.REPEATED_ERRORS_NOTE.format(count=self._errors, last=observation[:120])
+            if self._backtrack(note):
+                return
+        if self.ctx.config.reflect_on_failure:
+            self._next = "reflect"
+
+    def _answer(self, step: Step, answer: str) -> None:
+        if self.ctx.verify is None:
+            self.answer, self.status = answer, "answered"
+            return
+        ok, reason = _verdict(self.ctx.verify, answer)
+        self.verified = ok
+        if ok:
+            self.answer, self.status = answer, "answered"
+            return
+        if self._backtrack(prompts.REJECTED.format(answer=answer, reason=reason)):
+            return
+        step.observation = prompts.VERIFY_FAILED.format(answer=answer, reason=reason)
+        if self.ctx.config.reflect_on_failure:
+            self.layout.add_message("user", step.observation)
+            self._next = "reflect"
+        else:
+            self.answer, self.status = answer, "rejected"
+
+    def _backtrack(self, note: str) -> bool:
+        if self._backtracks >= self.ctx.config.max_backtracks:
+            return False
+        self.rollback(self.checkpoints[-1], note)
+        return True
+
+    def _after(self, step: Step) -> None:
+        every = self.ctx.config.reflect_every
+        calls = len(self.steps)
+        if not self.done and self._next is None and every and step.kind != "reflect" and calls % every == 0:
+            self._next = "reflect"
+        if not self.done and calls >= self.ctx.config.max_steps:
+            self.status = "max_steps"
+
+    # -- trace ---------------------------------------------------------------------------------
+
+    def _break_units(self, prompt: Prompt) -> Sequence[Any]:
+        return prompt.ids if prompt.ids is not None else prompt.text
+
+    def _ideal_units(self, prompt: Prompt) -> Sequence[Any]:
+        if prompt.ids is not None:
+            return prompt.ids
+        return self.ctx.tokenize(prompt.text) if self.ctx.tokenize else prompt.text
+
+    def _ledger(
+        self, prompt: Prompt, completion: Completion, out: Piece
+    ) -> tuple[dict[str, Any] | None, int]:
+        """Check the prompt against its branch, compute the ideal hit, remember prompt+output."""
+        ctx = self.ctx
+        units = self._break_units(prompt)
+        brk = ctx.breaks.check(self.branch, units)
+        out_units: Sequence[Any] = out.ids if out.ids is not None else out.text
+        ideal_units = self._ideal_units(prompt)
+        ideal = ctx.ideal.ideal(ideal_units)
+        if isinstance(ideal_units, str):  # characters (no tokenizer): convert to the server's tokens
+            ideal = ctx.ideal.chars_to_tokens(ideal_units, ideal, completion.prompt_tokens)
+            ctx.ideal.add_anchor(ideal_units, completion.prompt_tokens)
+            total = completion.prompt_tokens + completion.completion_tokens
+            ctx.ideal.add_anchor(ideal_units + out.text + prompts.ASSISTANT_CLOSE, total)
+        ctx.breaks.record(self.branch, units, out_units)
+        if ctx.ideal is not ctx.breaks:
+            ideal_out = completion.output_ids or (ctx.tokenize(completion.text) if ctx.tokenize else out.text)
+            ctx.ideal.record(self.branch, ideal_units, ideal_out)
+        self._last_full = list(units) + list(out_units)
+        return brk, max(ideal, 0)
+
+    def _record(self, step: Step, completion: Completion, brk: dict[str, Any] | None, ideal: int) -> None:
+        ctx = self.ctx
+        kind = self._record_kind(step)
+        record = StepRecord(
+            run_id=ctx.run_id, session_id=ctx.session_id, branch=self.branch, step=step.index, kind=kind,
+            prompt_tokens=completion.prompt_tokens, cached_tokens=completion.cached_tokens,
+            ideal_cached_tokens=ideal, completion_tokens=completion.completion_tokens,
+            ttft_s=completion.ttft_s, latency_s=completion.latency_s, finish_reason=completion.finish_reason,
+            prefix_break=brk, tool=step.tool,
+        )  # fmt: skip
+        self._emit(step, record)
+
+    def _record_kind(self, step: Step) -> str:
+        if step.kind in ("reflect", "backtrack", "fork"):
+            return step.kind
+        return "answer" if step.action is not None and step.action.kind == "answer" else "act"
+
+    def record_prefill(self, prompt: Prompt, completion: Completion) -> StepRecord:
+        """Trace the shared-prefix prefill of a fork (no log change: branches start from `prompt`)."""
+        step = Step(index=len(self.steps), branch=self.branch, kind="fork", output=completion.text)
+        self.steps.append(step)
+        ids = tuple(completion.output_ids) if self.layout.token_mode else None
+        brk, ideal = self._ledger(prompt, completion, Piece(completion.text, ids))
+        self._record(step, completion, brk, ideal)
+        return step.record  # type: ignore[return-value]
+
+    def _record_failure(self, step: Step, prompt: Prompt) -> None:
+        ctx = self.ctx
+        record = StepRecord(
+            run_id=ctx.run_id, session_id=ctx.session_id, branch=self.branch, step=step.index, kind=step.kind,
+            prompt_tokens=len(prompt.ids) if prompt.ids is not None else 0, cached_tokens=0,
+            ideal_cached_tokens=0, completion_tokens=0, ttft_s=0.0, latency_s=0.0, finish_reason="error",
+            prefix_break=None, tool=None,
+        )  # fmt: skip
+        self._emit(step, record)
+
+    def _emit(self, step: Step, record: StepRecord) -> None:
+        step.record = record
+        self.trace.append(record)
+        if self.ctx.writer is not None:
+            self.ctx.writer.write(record)
+        if record.prefix_break is not None:
+            warn_prefix_break(record)
+
+    def result(self) -> RunResult:
+        return RunResult(
+            answer=self.answer, steps=self.steps, trace=self.trace, status=self.status,
+            session_id=self.ctx.session_id, run_id=self.ctx.run_id, branch=self.branch, verified=self.verified,
+        )  # fmt: skip
+
+    def close(self) -> None:
+        """Tell the backend the session is over (Agent.run does this; `start()` callers do it)."""
+        self.ctx.event("close", run_id=self.ctx.run_id)
+
+    def run_to_end(self) -> RunResult:
+        while not self.done:
+            self.step()
+        return self.result()
