@@ -23,6 +23,18 @@ from runtime.request import Request
 log = logging.getLogger("radixagent.scheduler")
 
 
+#: shared uncached tokens worth waiting for instead of computing them twice
+MIN_SHARED_PREFIX = 32
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b)) - 1  # the last prompt token is never shared (see _start)
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
 @dataclass(slots=True)
 class ServeStats:
     requests: int = 0
@@ -99,17 +111,32 @@ class Scheduler:
 
     def _admit(self) -> None:
         reserved = sum(self._footprint(r) for r in self.running)
-        while self.waiting and len(self.running) < self.max_running:
-            req = self.waiting[0]
+        for req in list(self.waiting):
+            if len(self.running) >= self.max_running:
+                return
             if req.aborted:
-                self.waiting.popleft()
+                self.waiting.remove(req)
                 self._finish(req, {"type": "abort"})
                 continue
             if self.running and reserved + self._footprint(req) > self.pool.size:
                 return  # queue rather than over-commit: wait for running requests to finish
-            self.waiting.popleft()
+            if self._shares_pending_prefix(req):
+                continue  # a running request is computing our prefix: start once it is published
+            self.waiting.remove(req)
             self._start(req)
             reserved += self._footprint(req)
+
+    def _shares_pending_prefix(self, req: Request) -> bool:
+        """True when a still-prefilling request covers a long uncached prefix of `req` (forks,
+        QA fan-out): waiting for its publish computes that prefix once instead of n times."""
+        if not (self.cache_enabled and req.use_cache):
+            return False
+        for other in self.running:
+            if other.prefilled or not other.use_cache or other.namespace != req.namespace:
+                continue
+            if _common_prefix(req.input_ids, other.input_ids) >= other.cached_len + MIN_SHARED_PREFIX:
+                return True
+        return False
 
     def _start(self, req: Request) -> None:
         """Match the cached prefix, lock it, copy its KV into the request's buffer."""

@@ -177,3 +177,23 @@ def test_flush_cache_returns_every_slot(engine):
         sibling.check_integrity()
     finally:
         sibling.shutdown()
+
+
+def test_fanout_computes_shared_prefix_once(engine):
+    sibling = engine.sibling(max_total_tokens=4096)
+    try:
+        head = list(range(3000, 3300))
+        prompts = [head + [7000 + i, 7100 + i] for i in range(4)]
+        results = sibling.generate(input_ids=prompts, sampling_params={"temperature": 0, "max_new_tokens": 2})
+        cached = sorted(r["meta_info"]["cached_tokens"] for r in results)
+        assert cached == [0, 300, 300, 300]  # the leader computes the head, followers reuse it
+        alone = engine.sibling(disable_radix_cache=True, max_total_tokens=1024)
+        try:
+            for p, r in zip(prompts, results, strict=True):
+                assert alone.generate(input_ids=p, sampling_params={"temperature": 0, "max_new_tokens": 2})[
+                    "output_ids"] == r["output_ids"]
+        finally:
+            alone.shutdown()
+        sibling.check_integrity()
+    finally:
+        sibling.shutdown()
