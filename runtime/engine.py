@@ -225,6 +225,10 @@ class Engine:
             self.sessions.on_event(session_id, event, cache=self.cache, namespace=info.pop("cache_salt", None) or "",
                                    **info)
 
+    def session_is_open(self, session_id: str) -> bool:
+        with self.scheduler.lock:
+            return self.sessions.is_open(session_id)
+
     def get_cache_stats(self) -> dict[str, Any]:
         with self.scheduler.lock:
             c, st = self.cache.counters, self.scheduler.stats

@@ -17,7 +17,7 @@ import torch
 
 from runtime.cache.kv_pool import KVPool
 from runtime.cache.radix import RadixCache
-from runtime.model import LlamaModel, SeqKV, Segment
+from runtime.model import LlamaModel, Segment, SeqKV
 from runtime.request import Request
 
 log = logging.getLogger("radixagent.scheduler")

@@ -71,8 +71,8 @@ class Backend(ABC):
 
         raise BackendError(f"backend {self.name!r} cannot detokenize")
 
-    def session_event(self, session_id: str, event: SessionEventKind, **info: Any) -> None:
-        """Tell the cache about an agent session (see DESIGN.md "Session events").
+    def session_event(self, session_id: str, event: SessionEventKind, **info: Any) -> None:  # noqa: B027
+        """Tell the cache about an agent session (see docs/sessions.md).
 
         Backends whose server has no session-aware cache ignore events.
         """
@@ -81,5 +81,5 @@ class Backend(ABC):
         """Empty the server's prefix cache; False when the backend cannot."""
         return False
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027
         """Release connections; the backend is unusable afterwards."""

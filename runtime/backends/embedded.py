@@ -1,0 +1,103 @@
+"""In-process backend: the embedded `Engine`, no HTTP. Token-exact prompts are supported."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from runtime.backends.base import Backend, Completion, SessionEventKind
+from runtime.errors import BackendError, EngineClosed, InvalidRequest, Overloaded, PoolExhausted
+
+
+def completion_from_output(out: dict[str, Any], latency_s: float, ttft_s: float | None = None) -> Completion:
+    """A `Completion` from SGLang's `{text, output_ids, meta_info}` shape (engine or native HTTP)."""
+    meta = dict(out.get("meta_info") or {})
+    reason = meta.get("finish_reason")
+    finish = reason.get("type", "stop") if isinstance(reason, dict) else str(reason or "stop")
+    ttft = ttft_s if ttft_s is not None else float(meta.get("ttft") or latency_s)
+    return Completion(
+        text=str(out.get("text", "")),
+        output_ids=list(out.get("output_ids") or []),
+        prompt_tokens=int(meta.get("prompt_tokens", 0)),
+        cached_tokens=int(meta.get("cached_tokens") or 0),
+        completion_tokens=int(meta.get("completion_tokens", 0)),
+        finish_reason=finish,
+        ttft_s=ttft,
+        latency_s=latency_s,
+        request_id=str(meta.get("id", "")),
+        meta=meta,
+    )
+
+
+def as_backend_error(exc: Exception) -> BackendError:
+    """Engine errors as the HTTP server would report them (same status, same message)."""
+    message = f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, InvalidRequest):
+        return BackendError(message, status=400)
+    if isinstance(exc, (Overloaded, PoolExhausted, EngineClosed)):
+        return BackendError(message, status=503, retryable=not isinstance(exc, EngineClosed))
+    return BackendError(message)
+
+
+class EmbeddedBackend(Backend):
+    """Wraps an `Engine` (given, or built from `engine_options` and then owned and shut down by `close`)."""
+
+    name = "embedded"
+    supports_input_ids = True
+
+    def __init__(self, engine: Any = None, **engine_options: Any) -> None:
+        self._owns_engine = engine is None
+        if engine is None:
+            from runtime.engine import Engine
+
+            engine = Engine(**engine_options)
+        elif engine_options:
+            raise TypeError(f"engine options given with an engine instance: {sorted(engine_options)}")
+        self.engine = engine
+
+    def generate(
+        self,
+        prompt: str | None = None,
+        input_ids: list[int] | None = None,
+        sampling_params: dict[str, Any] | None = None,
+        *,
+        session_id: str | None = None,
+        cache_salt: str | None = None,
+        priority: int | None = None,
+        prefix_cache: bool = True,
+        rid: str | None = None,
+    ) -> Completion:
+        started = time.perf_counter()
+        try:
+            out = self.engine.generate(
+                prompt=prompt,
+                input_ids=input_ids,
+                sampling_params=sampling_params,
+                cache_salt=cache_salt,
+                prefix_cache=prefix_cache,
+                session_id=session_id,
+                priority=priority,
+                rid=rid,
+            )
+        except (InvalidRequest, Overloaded, PoolExhausted, EngineClosed) as exc:
+            raise as_backend_error(exc) from exc
+        return completion_from_output(out, time.perf_counter() - started)
+
+    def tokenize(self, text: str) -> list[int]:
+        return list(self.engine.tokenize(text))
+
+    def decode(self, ids: list[int]) -> str:
+        return self.engine.decode(ids)
+
+    def session_event(self, session_id: str, event: SessionEventKind, **info: Any) -> None:
+        try:
+            self.engine.session_event(session_id, event, **info)
+        except InvalidRequest as exc:
+            raise as_backend_error(exc) from exc
+
+    def flush_cache(self) -> bool:
+        return bool(self.engine.flush_cache())
+
+    def close(self) -> None:
+        if self._owns_engine:
+            self.engine.shutdown()

@@ -1,0 +1,164 @@
+"""OpenAI-compatible backend: /v1/completions through the `openai` package (vLLM, SGLang, ...).
+
+Text prompts only. Streams with `stream_options.include_usage` so that TTFT is measured and the
+final usage chunk gives `prompt_tokens_details.cached_tokens` (servers report it when prefix-cache
+reporting is on; a missing or null value counts as 0). Sampling keys OpenAI lacks (top_k, min_p,
+json_schema, regex, ...) and the cache fields (cache_salt, session_id, priority, rid) travel in
+`extra_body`, which SGLang and vLLM read.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import openai
+
+from runtime.backends.base import Backend, Completion
+from runtime.backends.retry import with_retries
+from runtime.errors import BackendError
+
+_OPENAI_KEYS = {"temperature": "temperature", "top_p": "top_p", "stop": "stop", "seed": "seed"}
+
+
+class OpenAIBackend(Backend):
+    name = "openai"
+    supports_input_ids = False
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None = None,
+        *,
+        model: str | None = None,
+        timeout_s: float = 600.0,
+        max_attempts: int = 4,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        if not self.base_url.endswith("/v1"):
+            self.base_url += "/v1"
+        self.max_attempts = max_attempts
+        self.client = openai.OpenAI(
+            base_url=self.base_url, api_key=api_key or "EMPTY", timeout=timeout_s, max_retries=0
+        )
+        self._model = model
+
+    @property
+    def model(self) -> str:
+        """The model name: as given, else the server's first model (asked once)."""
+        if self._model is None:
+            models = self._call(lambda: list(self.client.models.list()))
+            if not models:
+                raise BackendError(f"{self.base_url}/models lists no model")
+            self._model = models[0].id
+        return self._model
+
+    def generate(
+        self,
+        prompt: str | None = None,
+        input_ids: list[int] | None = None,
+        sampling_params: dict[str, Any] | None = None,
+        *,
+        session_id: str | None = None,
+        cache_salt: str | None = None,
+        priority: int | None = None,
+        prefix_cache: bool = True,
+        rid: str | None = None,
+    ) -> Completion:
+        if input_ids is not None or prompt is None:
+            raise BackendError("the openai backend takes text prompts only (supports_input_ids is False)")
+        kwargs = completion_kwargs(sampling_params, session_id, cache_salt, priority, prefix_cache, rid)
+        model = self.model
+        return self._call(lambda: self._stream(model, prompt, kwargs))
+
+    def _stream(self, model: str, prompt: str, kwargs: dict[str, Any]) -> Completion:
+        started = time.perf_counter()
+        first: float | None = None
+        parts: list[str] = []
+        finish, usage, request_id = "stop", None, ""
+        stream = self.client.completions.create(
+            model=model, prompt=prompt, stream=True, stream_options={"include_usage": True}, **kwargs
+        )
+        with stream:
+            for chunk in stream:
+                request_id = chunk.id or request_id
+                usage = chunk.usage or usage
+                for choice in chunk.choices:
+                    if choice.text:
+                        first = first if first is not None else time.perf_counter() - started
+                        parts.append(choice.text)
+                    finish = choice.finish_reason or finish
+        latency = time.perf_counter() - started
+        return _completion(
+            "".join(parts), usage, finish, first if first is not None else latency, latency, request_id
+        )
+
+    def _call(self, fn: Any) -> Any:
+        def once() -> Any:
+            try:
+                return fn()
+            except openai.APIStatusError as exc:
+                raise BackendError(
+                    _message(exc), status=exc.status_code, retryable=exc.status_code >= 500
+                ) from exc
+            except (openai.APIConnectionError, openai.APITimeoutError) as exc:
+                raise BackendError(f"{self.base_url}: {type(exc).__name__}: {exc}", retryable=True) from exc
+
+        return with_retries(once, self.max_attempts)
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def completion_kwargs(
+    sampling_params: dict[str, Any] | None,
+    session_id: str | None,
+    cache_salt: str | None,
+    priority: int | None,
+    prefix_cache: bool,
+    rid: str | None,
+) -> dict[str, Any]:
+    """`completions.create` keyword arguments from SGLang-style sampling params."""
+    params = {k: v for k, v in (sampling_params or {}).items() if v is not None}
+    kwargs: dict[str, Any] = {"max_tokens": params.pop("max_new_tokens", 128)}
+    for ours, theirs in _OPENAI_KEYS.items():
+        if ours in params:
+            kwargs[theirs] = params.pop(ours)
+    extra = dict(params)
+    cache = {"session_id": session_id, "cache_salt": cache_salt, "priority": priority, "rid": rid}
+    extra.update({k: v for k, v in cache.items() if v is not None})
+    if not prefix_cache:
+        extra["prefix_cache"] = False
+    if extra:
+        kwargs["extra_body"] = extra
+    return kwargs
+
+
+def _completion(
+    text: str, usage: Any, finish: str, ttft: float, latency: float, request_id: str
+) -> Completion:
+    prompt_tokens = int(getattr(usage, "prompt_tokens", 0) or 0)
+    completion_tokens = int(getattr(usage, "completion_tokens", 0) or 0)
+    details = getattr(usage, "prompt_tokens_details", None)
+    cached = int(getattr(details, "cached_tokens", 0) or 0)
+    return Completion(
+        text=text,
+        output_ids=[],
+        prompt_tokens=prompt_tokens,
+        cached_tokens=cached,
+        completion_tokens=completion_tokens,
+        finish_reason=str(finish),
+        ttft_s=ttft,
+        latency_s=latency,
+        request_id=request_id,
+        meta={"usage": usage.model_dump() if usage is not None else None},
+    )
+
+
+def _message(exc: openai.APIStatusError) -> str:
+    body = exc.body
+    if isinstance(body, dict):
+        err = body.get("error", body)
+        if isinstance(err, dict) and "message" in err:
+            return f"{exc.status_code}: {err['message']}"
+    return f"{exc.status_code}: {exc.message}"

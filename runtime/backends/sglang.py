@@ -1,0 +1,191 @@
+"""SGLang-native backend: POST /generate over HTTP (works with `radixagent serve` and real SGLang).
+
+Requests stream (`stream: true`) so that TTFT is the arrival time of the first chunk; the last
+chunk carries the full text (SGLang streams cumulative text) and `meta_info.cached_tokens`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import httpx
+
+from runtime.backends.base import Backend, Completion, SessionEventKind
+from runtime.backends.embedded import completion_from_output
+from runtime.backends.retry import server_message, status_error, transport_error, with_retries
+from runtime.errors import BackendError
+
+
+class SGLangBackend(Backend):
+    name = "sglang"
+    supports_input_ids = True
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None = None,
+        *,
+        timeout_s: float = 600.0,
+        connect_timeout_s: float = 10.0,
+        max_attempts: int = 4,
+        stream: bool = True,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.max_attempts = max_attempts
+        self.stream = stream
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        timeout = httpx.Timeout(timeout_s, connect=connect_timeout_s)
+        self.client = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout)
+        self._has_tokenize: bool | None = None
+        self._has_session_events = True
+
+    # ---- generation ---------------------------------------------------------------------
+    def generate(
+        self,
+        prompt: str | None = None,
+        input_ids: list[int] | None = None,
+        sampling_params: dict[str, Any] | None = None,
+        *,
+        session_id: str | None = None,
+        cache_salt: str | None = None,
+        priority: int | None = None,
+        prefix_cache: bool = True,
+        rid: str | None = None,
+    ) -> Completion:
+        payload = build_payload(
+            prompt, input_ids, sampling_params, session_id, cache_salt, priority, prefix_cache, rid
+        )
+        payload["stream"] = self.stream
+        run = self._generate_stream if self.stream else self._generate_once
+        return with_retries(lambda: run(payload), self.max_attempts)
+
+    def _generate_once(self, payload: dict[str, Any]) -> Completion:
+        started = time.perf_counter()
+        out = self._json("POST", "/generate", payload)
+        return completion_from_output(out, time.perf_counter() - started)
+
+    def _generate_stream(self, payload: dict[str, Any]) -> Completion:
+        started = time.perf_counter()
+        first: float | None = None
+        last: dict[str, Any] | None = None
+        try:
+            with self.client.stream("POST", "/generate", json=payload) as resp:
+                if resp.status_code != 200:
+                    raise status_error(
+                        resp.status_code, resp.read().decode(errors="replace"), self._url("/generate")
+                    )
+                for event in _sse_events(resp.iter_lines()):
+                    if "error" in event:
+                        err = event["error"]
+                        status = int(err.get("code", 400)) if isinstance(err, dict) else 400
+                        raise BackendError(
+                            server_message(json.dumps(event)), status=status, retryable=status >= 500
+                        )
+                    if first is None:
+                        first = time.perf_counter() - started
+                    last = event
+        except httpx.HTTPError as exc:
+            raise transport_error(exc, self._url("/generate")) from exc
+        if last is None:
+            raise BackendError("stream ended without a result", status=None, retryable=True)
+        latency = time.perf_counter() - started
+        return completion_from_output(last, latency, ttft_s=first if first is not None else latency)
+
+    # ---- helpers used by the agent --------------------------------------------------------
+    def tokenize(self, text: str) -> list[int]:
+        if self._has_tokenize is False:
+            return super().tokenize(text)
+        try:
+            out = self._json("POST", "/tokenize", {"prompt": text, "add_special_tokens": False})
+        except BackendError as exc:
+            if exc.status in (404, 405):
+                self._has_tokenize = False
+                return super().tokenize(text)
+            raise
+        self._has_tokenize = True
+        return list(out["tokens"])
+
+    def decode(self, ids: list[int]) -> str:
+        out = self._json("POST", "/detokenize", {"tokens": list(ids)})
+        return str(out["text"])
+
+    def session_event(self, session_id: str, event: SessionEventKind, **info: Any) -> None:
+        """POST /session_event; a server without it (real SGLang) is remembered and skipped."""
+        if not self._has_session_events:
+            return
+        try:
+            self._json("POST", "/session_event", {"session_id": session_id, "event": event, **info})
+        except BackendError as exc:
+            if exc.status not in (404, 405):
+                raise
+            self._has_session_events = False
+
+    def flush_cache(self) -> bool:
+        try:
+            resp = self.client.post("/flush_cache")
+        except httpx.HTTPError:
+            return False
+        return resp.status_code == 200
+
+    def model_info(self) -> dict[str, Any]:
+        return self._json("GET", "/get_model_info", None)
+
+    def close(self) -> None:
+        self.client.close()
+
+    # ---- plumbing -----------------------------------------------------------------------------
+    def _url(self, path: str) -> str:
+        return self.base_url + path
+
+    def _json(self, method: str, path: str, payload: dict[str, Any] | None) -> Any:
+        def once() -> Any:
+            try:
+                resp = self.client.request(method, path, json=payload)
+            except httpx.HTTPError as exc:
+                raise transport_error(exc, self._url(path)) from exc
+            if resp.status_code != 200:
+                raise status_error(resp.status_code, resp.text, self._url(path))
+            return resp.json()
+
+        return with_retries(once, self.max_attempts)
+
+
+def build_payload(
+    prompt: str | None,
+    input_ids: list[int] | None,
+    sampling_params: dict[str, Any] | None,
+    session_id: str | None,
+    cache_salt: str | None,
+    priority: int | None,
+    prefix_cache: bool,
+    rid: str | None,
+) -> dict[str, Any]:
+    """SGLang's /generate body. `seed` travels as SGLang's `sampling_seed`; unset fields are left out."""
+    if (prompt is None) == (input_ids is None):
+        raise BackendError("give exactly one of prompt and input_ids", status=None)
+    params = {k: v for k, v in (sampling_params or {}).items() if v is not None}
+    if "seed" in params:
+        params["sampling_seed"] = params.pop("seed")
+    payload: dict[str, Any] = {"sampling_params": params}
+    payload["text" if prompt is not None else "input_ids"] = (
+        prompt if prompt is not None else list(input_ids or [])
+    )
+    optional = {"session_id": session_id, "cache_salt": cache_salt, "priority": priority, "rid": rid}
+    payload.update({k: v for k, v in optional.items() if v is not None})
+    if not prefix_cache:
+        payload["prefix_cache"] = False  # our extension; SGLang ignores unknown top-level keys
+    return payload
+
+
+def _sse_events(lines: Any) -> Any:
+    """Parsed `data: {json}` events up to `data: [DONE]`."""
+    for line in lines:
+        if not line.startswith("data:"):
+            continue
+        data = line[5:].strip()
+        if data == "[DONE]":
+            return
+        if data:
+            yield json.loads(data)

@@ -1,0 +1,107 @@
+"""`radixagent serve` flags (SGLang's names where SGLang has the flag) and the server's frozen config."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from typing import Any
+
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+DTYPES = ("auto", "float32", "float", "bfloat16", "float16", "half")
+
+
+@dataclass(frozen=True, slots=True)
+class ServerArgs:
+    """What the HTTP layer needs; engine settings live in the engine's own config."""
+
+    host: str = "127.0.0.1"
+    port: int = 30000
+    api_key: str | None = None
+    enable_metrics: bool = False
+    require_cache_salt: bool = False
+    served_model_name: str | None = None
+    log_level: str = "info"
+    #: worker threads for blocking engine calls (each in-flight request or stream step holds one)
+    max_threads: int = 64
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.port < 65536:
+            raise ValueError(f"port must be in [0, 65535], got {self.port}")
+        if self.log_level not in LOG_LEVELS:
+            raise ValueError(f"log_level must be one of {LOG_LEVELS}")
+        if self.api_key == "":
+            raise ValueError("api_key must not be empty (omit it to disable auth)")
+        if self.max_threads < 1:
+            raise ValueError("max_threads must be >= 1")
+
+    def public_dict(self) -> dict[str, Any]:
+        """For /get_server_info: everything but the key."""
+        return {
+            "host": self.host,
+            "port": self.port,
+            "api_key_set": self.api_key is not None,
+            "enable_metrics": self.enable_metrics,
+            "require_cache_salt": self.require_cache_salt,
+            "served_model_name": self.served_model_name,
+            "log_level": self.log_level,
+        }
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="radixagent serve",
+        description="SGLang-compatible HTTP server (native /generate + OpenAI API) over the embedded engine.",
+    )
+    p.add_argument("--model-path", default=None, help="HF folder or GGUF file (default: the bundled model)")
+    p.add_argument("--served-model-name", default=None, help="model name reported by /v1/models")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=30000)
+    p.add_argument("--max-total-tokens", type=int, default=None, help="KV pool size in tokens")
+    p.add_argument("--context-length", type=int, default=None)
+    p.add_argument("--radix-eviction-policy", default="lru", choices=_policy_names())
+    p.add_argument("--disable-radix-cache", action="store_true", help="turn the prefix cache off")
+    p.add_argument("--dtype", default="auto", choices=DTYPES)
+    p.add_argument("--num-threads", type=int, default=None, help="torch CPU threads")
+    p.add_argument("--max-queue", type=int, default=256, help="queued requests before 503")
+    p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' (all but /health)")
+    p.add_argument(
+        "--require-cache-salt", action="store_true", help="reject generation requests without cache_salt"
+    )
+    p.add_argument("--enable-metrics", action="store_true", help="serve Prometheus metrics at /metrics")
+    p.add_argument("--log-level", default="info", choices=LOG_LEVELS)
+    return p
+
+
+def _policy_names() -> list[str]:
+    from runtime.cache.policies import POLICIES
+
+    return sorted(POLICIES)
+
+
+def engine_config(ns: argparse.Namespace) -> dict[str, Any]:
+    """Engine keyword arguments from parsed flags (unset flags are left to the engine's defaults)."""
+    dtype = {"auto": None, "float": "float32", "half": "float16"}.get(ns.dtype, ns.dtype)
+    config: dict[str, Any] = {
+        "max_total_tokens": ns.max_total_tokens,
+        "radix_eviction_policy": ns.radix_eviction_policy,
+        "disable_radix_cache": ns.disable_radix_cache,
+        "dtype": dtype,
+        "context_length": ns.context_length,
+        "num_threads": ns.num_threads,
+        "max_queue": ns.max_queue,
+        "served_model_name": ns.served_model_name,
+    }
+    keep_false = {"disable_radix_cache"}
+    return {k: v for k, v in config.items() if v is not None or k in keep_false}
+
+
+def server_args(ns: argparse.Namespace) -> ServerArgs:
+    return ServerArgs(
+        host=ns.host,
+        port=ns.port,
+        api_key=ns.api_key,
+        enable_metrics=ns.enable_metrics,
+        require_cache_salt=ns.require_cache_salt,
+        served_model_name=ns.served_model_name,
+        log_level=ns.log_level,
+    )

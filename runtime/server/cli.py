@@ -1,0 +1,41 @@
+"""`radixagent serve`: load the engine, serve the HTTP API until Ctrl-C, then shut the engine down."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+from runtime.server.args import build_parser, engine_config, server_args
+
+
+def main(argv: list[str]) -> int:
+    ns = build_parser().parse_args(argv)
+    logging.basicConfig(level=ns.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        args = server_args(ns)
+    except ValueError as exc:
+        print(f"radixagent serve: {exc}", file=sys.stderr)
+        return 2
+
+    import uvicorn
+
+    from runtime.engine import Engine
+    from runtime.server.app import create_app
+
+    try:
+        engine = Engine(model_path=ns.model_path, **engine_config(ns))
+    except ValueError as exc:
+        print(f"radixagent serve: {exc}", file=sys.stderr)
+        return 2
+    try:
+        app = create_app(engine, args)
+        uvicorn.run(
+            app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=5
+        )
+    finally:
+        engine.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,89 @@
+"""Prometheus metrics (`radixagent:` prefix), one `CollectorRegistry` per app, no global state.
+
+Cache metrics are read from `engine.get_cache_stats()` at scrape time (the engine keeps the
+counters); request latencies are observed by the server as responses finish.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+P = "radixagent:"
+
+# (stats key, metric name without prefix/_total, help)
+_COUNTERS = (
+    ("requests", "engine_requests", "Requests the engine finished."),
+    ("prompt_tokens", "prompt_tokens", "Prompt tokens received."),
+    ("cached_tokens", "cached_tokens", "Prompt tokens served from the prefix cache."),
+    ("inserts", "inserts", "Insertions into the radix tree."),
+    ("evictions", "evictions", "Nodes evicted from the radix tree."),
+    ("evicted_tokens", "evicted_tokens", "Tokens evicted from the radix tree."),
+)
+_GAUGES = (
+    ("hit_rate", "cache_hit_rate", "cached_tokens / prompt_tokens since start."),
+    ("tokens_in_use", "cache_tokens_in_use", "KV pool tokens held by the cache and running requests."),
+    ("bytes_in_use", "cache_bytes_in_use", "KV pool bytes held."),
+    ("pool_capacity_tokens", "pool_capacity_tokens", "KV pool capacity in tokens."),
+    ("pool_capacity_bytes", "pool_capacity_bytes", "KV pool capacity in bytes."),
+    ("match_time_mean_s", "match_time_seconds", "Mean radix-tree prefix match time."),
+    ("queue_depth", "queue_depth", "Requests waiting in the engine queue."),
+    ("running", "num_running_reqs", "Requests being decoded."),
+)
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+
+
+class EngineStatsCollector(Collector):
+    """Turns one `get_cache_stats()` snapshot into Prometheus families."""
+
+    def __init__(self, engine: Any) -> None:
+        self.engine = engine
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        stats = self.engine.get_cache_stats()
+        for key, name, doc in _COUNTERS:
+            if key in stats:
+                yield CounterMetricFamily(P + name, doc, value=float(stats[key] or 0))
+        for key, name, doc in _GAUGES:
+            if key in stats:
+                yield GaugeMetricFamily(P + name, doc, value=float(stats[key] or 0))
+
+
+class ServerMetrics:
+    """The app's registry: engine stats plus per-request latencies seen by the HTTP layer."""
+
+    def __init__(self, engine: Any) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.registry.register(EngineStatsCollector(engine))
+        self.http_requests = Counter(
+            P + "http_requests",
+            "Generation requests answered, by endpoint.",
+            ["endpoint"],
+            registry=self.registry,
+        )
+        self.ttft = Histogram(
+            P + "time_to_first_token_seconds",
+            "Time to first token.",
+            buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.e2e = Histogram(
+            P + "e2e_request_latency_seconds",
+            "End-to-end request latency.",
+            buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+
+    def observe(self, endpoint: str, meta_info: dict[str, Any]) -> None:
+        self.http_requests.labels(endpoint=endpoint).inc()
+        if isinstance(meta_info.get("ttft"), (int, float)):
+            self.ttft.observe(meta_info["ttft"])
+        if isinstance(meta_info.get("e2e_latency"), (int, float)):
+            self.e2e.observe(meta_info["e2e_latency"])
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,207 @@
+"""SGLang-native endpoints: /generate, health, info, cache, sessions, tokenizer.
+
+Session events (the session-aware eviction policy's input; see DESIGN.md):
+`POST /open_session {session_id?}` -> the id (JSON string), `POST /close_session {session_id}`,
+`POST /session_event {session_id, event: open|tool_wait|resume|abandon|close, ...info}`
+(e.g. `{"event": "tool_wait", "expected_s": 3.0}`) -> `{"success": true}`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+
+from runtime.server.bridge import SSE_DONE, close_stream, sse, sse_error
+from runtime.server.errors import ApiError
+from runtime.server.schemas import (
+    CloseSessionRequest,
+    DetokenizeRequest,
+    GenerateRequest,
+    OpenSessionRequest,
+    SessionEventRequest,
+    TokenizeRequest,
+)
+from runtime.server.state import ServerState, join_salt
+
+VERSION = "0.1.0"
+
+
+def native_router(state: ServerState) -> APIRouter:
+    r = APIRouter()
+
+    @r.api_route("/generate", methods=["POST", "PUT"])
+    async def generate(req: GenerateRequest) -> Response:
+        if req.wants_logprobs:
+            raise ApiError(400, "return_logprob: logprobs are not supported by this server")
+        kwargs = _generate_kwargs(state, req)
+        if req.stream:
+            if req.is_batch:
+                raise ApiError(400, "stream: streaming a batch is not supported; send one request per prompt")
+            chunks = await state.bridge.open_stream(**kwargs)
+            return StreamingResponse(_native_events(state, chunks), media_type="text/event-stream")
+        out = await state.bridge.generate(**kwargs)
+        state.observe("generate", out)
+        return JSONResponse(out)
+
+    @r.get("/health")
+    async def health() -> Response:
+        return Response(status_code=200)
+
+    @r.get("/health_generate")
+    async def health_generate() -> Response:
+        await state.bridge.generate(
+            input_ids=[0], sampling_params={"max_new_tokens": 1, "temperature": 0.0}, prefix_cache=False
+        )
+        return Response(status_code=200)
+
+    @r.get("/get_model_info")
+    @r.get("/model_info")
+    async def model_info() -> dict[str, Any]:
+        return _model_info(state)
+
+    @r.get("/get_server_info")
+    @r.get("/server_info")
+    async def server_info() -> dict[str, Any]:
+        stats = await state.bridge.call(state.engine.get_cache_stats)
+        return {
+            "version": VERSION,
+            **state.args.public_dict(),
+            "engine_config": _config_dict(state.engine),
+            "model_info": _model_info(state),
+            "cache_stats": stats,
+        }
+
+    @r.api_route("/flush_cache", methods=["GET", "POST"])
+    async def flush_cache() -> Response:
+        if await state.bridge.call(state.engine.flush_cache):
+            return PlainTextResponse("Cache flushed.\n")
+        raise ApiError(400, "Cache not flushed: requests are running or waiting.")
+
+    @r.api_route("/open_session", methods=["GET", "POST"])
+    async def open_session(req: OpenSessionRequest) -> str:
+        session_id = req.session_id or uuid.uuid4().hex
+        await state.bridge.call(state.engine.session_event, session_id, "open")
+        return session_id
+
+    @r.api_route("/close_session", methods=["GET", "POST"])
+    async def close_session(req: CloseSessionRequest) -> Response:
+        await state.bridge.call(state.engine.session_event, req.session_id, "close")
+        return Response(status_code=200)
+
+    @r.post("/session_event")
+    async def session_event(req: SessionEventRequest) -> dict[str, Any]:
+        await state.bridge.call(state.engine.session_event, req.session_id, req.event, **req.info)
+        return {"success": True}
+
+    @r.post("/tokenize")
+    @r.post("/v1/tokenize")
+    async def tokenize(req: TokenizeRequest) -> dict[str, Any]:
+        return await state.bridge.call(_tokenize, state, req)
+
+    @r.post("/detokenize")
+    @r.post("/v1/detokenize")
+    async def detokenize(req: DetokenizeRequest) -> dict[str, Any]:
+        return await state.bridge.call(_detokenize, state, req)
+
+    if state.metrics is not None:
+        metrics = state.metrics
+
+        @r.get("/metrics")
+        async def prometheus() -> Response:
+            body = await state.bridge.call(metrics.render)
+            return Response(body, media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    return r
+
+
+def _generate_kwargs(state: ServerState, req: GenerateRequest) -> dict[str, Any]:
+    sampling = req.sampling_params.to_dict() if req.sampling_params else {}
+    session_id = req.session_id or state.check_session_params(req.session_params)
+    return state.engine_kwargs(
+        prompt=req.text,
+        input_ids=req.input_ids if req.text is None else None,
+        sampling=sampling,
+        cache_salt=join_salt(req.cache_salt, req.extra_key),
+        session_id=session_id,
+        priority=req.priority,
+        prefix_cache=req.prefix_cache,
+        rid=req.rid if isinstance(req.rid, list) == req.is_batch else None,
+    )
+
+
+async def _native_events(state: ServerState, chunks: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
+    """SGLang's stream: `data: {cumulative text, output_ids, meta_info}` per chunk, then `data: [DONE]`."""
+    last: dict[str, Any] | None = None
+    try:
+        async for chunk in chunks:
+            last = chunk
+            yield sse(chunk)
+    except Exception as exc:  # headers are sent: report in-band like SGLang
+        yield sse_error(exc)
+    finally:
+        await close_stream(chunks)
+    if last is not None:
+        state.observe("generate", last)
+    yield SSE_DONE
+
+
+def _model_info(state: ServerState) -> dict[str, Any]:
+    info = dict(getattr(state.engine, "model_info", None) or {})
+    return {
+        **info,
+        "model_path": state.model_path,
+        "tokenizer_path": info.get("tokenizer_path", state.model_path),
+        "served_model_name": state.model_name,
+        "is_generation": True,
+        "preferred_sampling_params": None,
+        "weight_version": "default",
+        "has_image_understanding": False,
+        "has_audio_understanding": False,
+    }
+
+
+def _config_dict(engine: Any) -> dict[str, Any]:
+    config = getattr(engine, "config", None)
+    if config is None:
+        return {}
+    fields = getattr(config, "__dataclass_fields__", None)
+    if fields is None:
+        return {}
+    return {name: _jsonable(getattr(config, name)) for name in fields}
+
+
+def _jsonable(value: Any) -> Any:
+    return value if isinstance(value, (str, int, float, bool, type(None), list, dict)) else str(value)
+
+
+def _tokenize(state: ServerState, req: TokenizeRequest) -> dict[str, Any]:
+    tokenizer = state.engine.tokenizer
+
+    def encode(text: str) -> list[int]:
+        if req.add_special_tokens:
+            return list(tokenizer(text, add_special_tokens=True)["input_ids"])
+        return list(state.engine.tokenize(text))
+
+    context = int(_model_info(state).get("context_length") or 0)
+    if isinstance(req.prompt, str):
+        tokens = encode(req.prompt)
+        return {"tokens": tokens, "count": len(tokens), "max_model_len": context}
+    batch = [encode(p) for p in req.prompt]
+    return {"tokens": batch, "count": [len(t) for t in batch], "max_model_len": context}
+
+
+def _detokenize(state: ServerState, req: DetokenizeRequest) -> dict[str, Any]:
+    tokenizer = state.engine.tokenizer
+    vocab = int(_model_info(state).get("vocab_size") or 0)
+    is_batch = bool(req.tokens) and isinstance(req.tokens[0], list)
+    batch = req.tokens if is_batch else [req.tokens]
+    for ids in batch:
+        bad = [t for t in ids if t < 0 or (vocab and t >= vocab)]  # type: ignore[operator]
+        if bad:
+            raise ApiError(400, f"tokens: ids out of range: {bad[:5]}")
+    texts = [tokenizer.decode(ids, skip_special_tokens=req.skip_special_tokens) for ids in batch]
+    return {"text": texts if is_batch else texts[0]}

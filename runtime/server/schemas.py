@@ -1,0 +1,279 @@
+"""Request bodies of the HTTP API (pydantic, strict types: "5" is not an int, true is not a number).
+
+Unknown top-level fields are ignored, as SGLang's own request models ignore them; unknown keys inside
+`sampling_params` are kept (SGLang clients send e.g. `spaces_between_special_tokens`) and end up in
+`SamplingParams.extra`. Values are checked here; the engine re-checks ranges (`SamplingParams`).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+_STRICT = ConfigDict(strict=True, extra="ignore")
+
+
+class SamplingParamsIn(BaseModel):
+    """SGLang's `sampling_params` object (its schema rejects unknown keys, so does this one).
+
+    None means "not set". `seed` is our name; SGLang's `sampling_seed` is accepted as its alias.
+    Penalties, `min_new_tokens` and `spaces_between_special_tokens` are accepted for SGLang clients
+    and passed on in `SamplingParams.extra`; the embedded engine does not apply them.
+    """
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+    max_new_tokens: int | None = Field(default=None, ge=0)
+    temperature: float | None = Field(default=None, ge=0)
+    top_p: float | None = Field(default=None, gt=0, le=1)
+    top_k: int | None = None
+    min_p: float | None = Field(default=None, ge=0, le=1)
+    stop: str | list[str] | None = None
+    stop_token_ids: list[int] | None = None
+    ignore_eos: bool | None = None
+    json_schema: str | None = None
+    regex: str | None = None
+    seed: int | None = None
+    sampling_seed: int | None = None
+    skip_special_tokens: bool | None = None
+    n: int | None = Field(default=None, ge=1, le=1)
+    # accepted from SGLang clients, not applied by the embedded engine
+    frequency_penalty: float | None = None
+    presence_penalty: float | None = None
+    repetition_penalty: float | None = None
+    min_new_tokens: int | None = Field(default=None, ge=0)
+    spaces_between_special_tokens: bool | None = None
+    no_stop_trim: bool | None = None
+    stream_interval: int | None = None
+    # SGLang features this server refuses rather than ignores (they change the output)
+    stop_regex: str | list[str] | None = None
+    ebnf: str | None = None
+    structural_tag: str | None = None
+    logit_bias: dict[str, float] | None = None
+
+    @model_validator(mode="after")
+    def _supported(self) -> SamplingParamsIn:
+        for name in ("stop_regex", "ebnf", "structural_tag"):
+            if getattr(self, name):
+                raise ValueError(f"{name} is not supported by this server")
+        if self.logit_bias:
+            raise ValueError("logit_bias is not supported by this server")
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        """The set values only, in the shape `SamplingParams.from_dict` takes."""
+        params = self.model_dump(exclude_none=True, exclude={"sampling_seed", "n", "logit_bias"})
+        if self.seed is None and self.sampling_seed is not None:
+            params["seed"] = self.sampling_seed
+        for name in ("stop_regex", "ebnf", "structural_tag"):
+            params.pop(name, None)
+        return params
+
+
+class GenerateRequest(BaseModel):
+    """POST /generate (SGLang native)."""
+
+    model_config = _STRICT
+
+    text: str | list[str] | None = None
+    input_ids: list[int] | list[list[int]] | None = None
+    sampling_params: SamplingParamsIn | None = None
+    stream: bool = False
+    rid: str | list[str] | None = None
+    session_params: dict[str, Any] | None = None
+    session_id: str | None = None
+    cache_salt: str | None = None
+    extra_key: str | None = None
+    priority: int | None = None
+    prefix_cache: bool = True
+    return_logprob: bool | list[bool] = False
+    logprob_start_len: int | list[int] | None = None
+    top_logprobs_num: int | list[int] | None = None
+    return_text_in_logprobs: bool = False
+
+    @model_validator(mode="after")
+    def _one_input(self) -> GenerateRequest:
+        if (self.text is None) == (self.input_ids is None):
+            raise ValueError("exactly one of 'text' or 'input_ids' must be given")
+        return self
+
+    @property
+    def is_batch(self) -> bool:
+        if self.text is not None:
+            return isinstance(self.text, list)
+        return bool(self.input_ids) and isinstance(self.input_ids[0], list)
+
+    @property
+    def wants_logprobs(self) -> bool:
+        flags = self.return_logprob if isinstance(self.return_logprob, list) else [self.return_logprob]
+        return any(flags)
+
+
+class StreamOptions(BaseModel):
+    model_config = _STRICT
+
+    include_usage: bool = False
+    continuous_usage_stats: bool = False
+
+
+class JsonSchemaFormat(BaseModel):
+    model_config = ConfigDict(strict=True, extra="ignore", populate_by_name=True)
+
+    name: str | None = None
+    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(BaseModel):
+    model_config = _STRICT
+
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+    def to_json_schema(self) -> str | None:
+        """The sampling `json_schema` string this format asks for (None: unconstrained)."""
+        if self.type == "json_object":
+            return json.dumps({"type": "object"})
+        if self.type == "json_schema":
+            if self.json_schema is None or self.json_schema.schema_ is None:
+                raise ValueError("response_format.json_schema.schema is required")
+            return json.dumps(self.json_schema.schema_)
+        return None
+
+
+class _OpenAIBase(BaseModel):
+    """Fields shared by /v1/completions and /v1/chat/completions (OpenAI + SGLang extensions)."""
+
+    model_config = _STRICT
+
+    model: str | None = None
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    top_p: float | None = Field(default=None, gt=0, le=1)
+    n: int = Field(default=1, ge=1, le=16)
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    logprobs: bool | int | None = None
+    user: str | None = None
+    response_format: ResponseFormat | None = None
+    # SGLang extensions (sent by clients through `extra_body`)
+    top_k: int | None = None
+    min_p: float | None = Field(default=None, ge=0, le=1)
+    ignore_eos: bool | None = None
+    stop_token_ids: list[int] | None = None
+    regex: str | None = None
+    json_schema: str | None = None
+    skip_special_tokens: bool | None = None
+    rid: str | None = None
+    session_id: str | None = None
+    session_params: dict[str, Any] | None = None
+    cache_salt: str | None = None
+    priority: int | None = None
+    prefix_cache: bool = True
+
+    def sampling_dict(self, max_new_tokens: int | None) -> dict[str, Any]:
+        """SGLang `sampling_params` for this request."""
+        params: dict[str, Any] = {
+            "max_new_tokens": max_new_tokens,
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "top_k": self.top_k,
+            "min_p": self.min_p,
+            "stop": self.stop,
+            "stop_token_ids": self.stop_token_ids,
+            "ignore_eos": self.ignore_eos,
+            "regex": self.regex,
+            "json_schema": self.json_schema,
+            "seed": self.seed,
+            "skip_special_tokens": self.skip_special_tokens,
+        }
+        if self.response_format is not None:
+            schema = self.response_format.to_json_schema()
+            if schema is not None:
+                params["json_schema"] = schema
+        return {k: v for k, v in params.items() if v is not None}
+
+    @property
+    def include_usage(self) -> bool:
+        return self.stream_options is not None and self.stream_options.include_usage
+
+
+class CompletionRequest(_OpenAIBase):
+    """POST /v1/completions."""
+
+    prompt: str | list[str] | list[int] | list[list[int]]
+    max_tokens: int | None = Field(default=16, ge=0)
+    echo: bool = False
+    suffix: str | None = None
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(strict=True, extra="allow")
+
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[dict[str, Any]] | None = None
+    name: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: str | None = None
+
+
+class ChatCompletionRequest(_OpenAIBase):
+    """POST /v1/chat/completions."""
+
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_tokens: int | None = Field(default=None, ge=0)
+    max_completion_tokens: int | None = Field(default=None, ge=0)
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+
+    @property
+    def max_new_tokens(self) -> int | None:
+        return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+
+
+class OpenSessionRequest(BaseModel):
+    model_config = _STRICT
+
+    capacity_of_str_len: int | None = Field(default=None, ge=0)
+    session_id: str | None = None
+
+
+class CloseSessionRequest(BaseModel):
+    model_config = _STRICT
+
+    session_id: str
+
+
+class SessionEventRequest(BaseModel):
+    """POST /session_event: `{session_id, event, ...info}`; extra fields go to the engine as `**info`."""
+
+    model_config = ConfigDict(strict=True, extra="allow")
+
+    session_id: str
+    event: Literal["open", "tool_wait", "resume", "abandon", "close"]
+
+    @property
+    def info(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
+class TokenizeRequest(BaseModel):
+    model_config = _STRICT
+
+    model: str | None = None
+    prompt: str | list[str]
+    add_special_tokens: bool = True
+
+
+class DetokenizeRequest(BaseModel):
+    model_config = _STRICT
+
+    model: str | None = None
+    tokens: list[int] | list[list[int]]
+    skip_special_tokens: bool = True

@@ -1,0 +1,93 @@
+"""What every route shares: the engine bridge, the server config, metrics, and request checks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from runtime.errors import UnknownSession
+from runtime.sampling import SamplingParams
+from runtime.server.args import ServerArgs
+from runtime.server.bridge import EngineBridge
+from runtime.server.errors import ApiError
+from runtime.server.metrics import ServerMetrics
+
+
+@dataclass(slots=True)
+class ServerState:
+    engine: Any
+    args: ServerArgs
+    bridge: EngineBridge
+    metrics: ServerMetrics | None
+    model_name: str
+    model_path: str
+
+    @classmethod
+    def build(cls, engine: Any, args: ServerArgs) -> ServerState:
+        info = dict(getattr(engine, "model_info", None) or {})
+        model_path = str(info.get("model_path") or "default")
+        name = args.served_model_name or info.get("served_model_name") or model_path
+        metrics = ServerMetrics(engine) if args.enable_metrics else None
+        return cls(engine, args, EngineBridge(engine, args.max_threads), metrics, str(name), model_path)
+
+    def engine_kwargs(
+        self,
+        *,
+        prompt: str | list[str] | None = None,
+        input_ids: list[int] | list[list[int]] | None = None,
+        sampling: dict[str, Any],
+        cache_salt: str | None,
+        session_id: str | None,
+        priority: int | None,
+        prefix_cache: bool,
+        rid: str | list[str] | None,
+    ) -> dict[str, Any]:
+        """Checked keyword arguments for `engine.generate` / `generate_stream`.
+
+        Raises `ApiError` (400) or `InvalidRequest` before anything reaches the model.
+        """
+        if self.args.require_cache_salt and not cache_salt:
+            raise ApiError(400, "cache_salt is required by this server (--require-cache-salt)")
+        if prompt is not None and isinstance(prompt, list) and not prompt:
+            raise ApiError(400, "text/prompt: empty batch")
+        if input_ids is not None and not input_ids:
+            raise ApiError(400, "input_ids: must not be empty")
+        SamplingParams.from_dict(sampling)  # InvalidRequest -> 400 with the offending field
+        kwargs: dict[str, Any] = {
+            "sampling_params": sampling,
+            "cache_salt": cache_salt,
+            "prefix_cache": prefix_cache,
+            "session_id": session_id,
+            "priority": priority,
+        }
+        if prompt is not None:
+            kwargs["prompt"] = prompt
+        else:
+            kwargs["input_ids"] = input_ids
+        if rid is not None:
+            kwargs["rid"] = rid
+        return kwargs
+
+    def check_session_params(self, session_params: dict[str, Any] | None) -> str | None:
+        """SGLang's `session_params.id` must name an open session (unlike a top-level `session_id`,
+        which opens its session on first use). Returns the id."""
+        sid = (session_params or {}).get("id")
+        if sid is None:
+            return None
+        if not isinstance(sid, str):
+            raise ApiError(400, "session_params.id: must be a string")
+        if not self.engine.session_is_open(sid):
+            raise UnknownSession(f"session {sid!r} is not open (open it with /open_session)")
+        return sid
+
+    def observe(self, endpoint: str, outputs: dict[str, Any] | list[dict[str, Any]]) -> None:
+        if self.metrics is None:
+            return
+        for out in outputs if isinstance(outputs, list) else [outputs]:
+            self.metrics.observe(endpoint, out.get("meta_info", {}))
+
+
+def join_salt(cache_salt: str | None, extra_key: str | None) -> str | None:
+    """SGLang namespaces the cache by both `cache_salt` and `extra_key`."""
+    parts = [p for p in (cache_salt, extra_key) if p]
+    return "|".join(parts) if parts else None

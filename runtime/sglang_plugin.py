@@ -1,0 +1,108 @@
+"""SGLang plugin: adds `--radix-eviction-policy session` to a real SGLang server.
+
+Installed through the entry point `sglang.srt.plugins: radixagent_session =
+runtime.sglang_plugin:register`; SGLang loads it before parsing its CLI and in each scheduler
+process. Nothing from sglang is imported at module import time, so this module imports (and its
+tests run) without sglang installed.
+
+Inside SGLang the policy sees SGLang's TreeNode (no `sessions` set). It uses, in order: the
+policy's side table `node_sessions` (node id -> session ids, for callers that fill it), then
+SGLang's own per-node session reference count when the server runs with
+`--enable-session-radix-cache` (nodes still referenced by an open session are live, shared in
+proportion to the count), and otherwise last_access_time: with no session facts it is LRU.
+
+`main(argv)` is `radixagent launch-sglang -- <sglang args>`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from collections.abc import Sequence
+
+from runtime.cache.session_policy import LIVE, SessionPolicy
+
+POLICY_NAME = "session"
+# Where SGLang 0.5.x keeps the pieces (searched in order; layouts moved between releases).
+_FACTORY_MODULES = ("sglang.srt.mem_cache.utils", "sglang.srt.mem_cache.evict_policy")
+_CHOICE_MODULES = ("sglang.srt.server_args", "sglang.srt.arg_groups.choices", "sglang.srt.server_args.arg_groups.choices")
+_SESSION_REF_FIELDS = ("session_ref", "session_ref_count", "session_refs")
+
+
+class SGLangSessionPolicy(SessionPolicy):
+    """`SessionPolicy` reading SGLang's session reference counts when nodes carry no session ids."""
+
+    def get_priority(self, node: object) -> tuple[int, float]:
+        if getattr(node, "sessions", None) is None and getattr(node, "id", -1) not in self.node_sessions:
+            refs = _session_refs(node)
+            if refs:
+                gap = max(0.0, self.clock() - node.last_access_time)  # type: ignore[attr-defined]
+                return (LIVE, -gap / (1.0 + self.share_weight * (refs - 1)))
+        return super().get_priority(node)
+
+
+def _session_refs(node: object) -> int:
+    for name in _SESSION_REF_FIELDS:
+        value = getattr(node, name, None)
+        if isinstance(value, int):
+            return value
+        if isinstance(value, (set, dict, list)):
+            return len(value)
+    return 0
+
+
+def make_strategy(**config: object) -> SGLangSessionPolicy:
+    """SGLang calls the factory with `--radix-eviction-policy-config` JSON as kwargs."""
+    return SGLangSessionPolicy(**config)  # type: ignore[arg-type]
+
+
+def _first_module_with(names: Sequence[str], attr: str):
+    for name in names:
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        if hasattr(module, attr):
+            return module
+    return None
+
+
+def register() -> None:
+    """Entry point: register the factory and extend the CLI choices (idempotent)."""
+    factories = _first_module_with(_FACTORY_MODULES, "_EVICTION_POLICY_FACTORIES")
+    if factories is None:
+        raise RuntimeError("sglang has no _EVICTION_POLICY_FACTORIES: unsupported sglang version")
+    factories._EVICTION_POLICY_FACTORIES[POLICY_NAME] = make_strategy
+    choices = _first_module_with(_CHOICE_MODULES, "add_radix_eviction_policy_choices")
+    if choices is not None:
+        current = getattr(choices, "RADIX_EVICTION_POLICY_CHOICES", [])
+        if POLICY_NAME not in current:
+            choices.add_radix_eviction_policy_choices([POLICY_NAME])
+
+
+def launch_command(argv: Sequence[str], python: str = sys.executable) -> list[str]:
+    args = list(argv)
+    if args[:1] == ["--"]:
+        args = args[1:]
+    if not any(a == "--radix-eviction-policy" or a.startswith("--radix-eviction-policy=") for a in args):
+        args = ["--radix-eviction-policy", POLICY_NAME, *args]
+    return [python, "-m", "sglang.launch_server", *args]
+
+
+def main(argv: list[str]) -> int:
+    """`radixagent launch-sglang -- <sglang args>`: exec SGLang's server with the session policy.
+
+    SGLang's default Rust tree core rejects policy names it does not know, so the Python core
+    is selected. This is the process's launcher, so setting its child's environment here is the
+    one place this module touches environment variables.
+    """
+    if argv[:1] in (["-h"], ["--help"]):
+        print("usage: radixagent launch-sglang -- <sglang.launch_server args>\n"
+              "Starts `python -m sglang.launch_server --radix-eviction-policy session ...` with "
+              "SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND=python (needs sglang installed).")
+        return 0
+    env = dict(os.environ, SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND="python")
+    cmd = launch_command(argv)
+    os.execvpe(cmd[0], cmd, env)
+    return 0  # not reached
