@@ -1,0 +1,77 @@
+"""`radixagent eval-eviction`: compare eviction policies on simulated multi-session traces."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from evals.eviction.grid import GridConfig, run_grid, total_runs
+from evals.eviction.report import write_report
+from evals.eviction.simulator import POLICIES
+from evals.eviction.workloads import WORKLOADS
+
+QUICK = GridConfig(workloads=WORKLOADS, sessions=(8, 64), budgets=(0.25, 0.5, 1.0), seeds=1)
+
+
+def _csv(kind):
+    return lambda s: tuple(kind(x) for x in s.split(",") if x)
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="radixagent eval-eviction", description=__doc__)
+    p.add_argument("--workloads", type=_csv(str), default=None, help=f"comma list of {','.join(WORKLOADS)}")
+    p.add_argument("--sessions", type=_csv(int), default=None, help="comma list, default 8,32,64,256,1000")
+    p.add_argument("--budgets", type=_csv(float), default=None, help="fractions, default 0.1,0.25,0.5,1")
+    p.add_argument("--policies", type=_csv(str), default=None, help=f"comma list of {','.join(POLICIES)}")
+    p.add_argument("--seeds", type=int, default=None, help="seeds per cell (mean reported), default 1")
+    p.add_argument("--steps", type=_csv(int), default=None, help="MIN,MAX steps per session (override)")
+    p.add_argument("--out", type=Path, default=Path("out/eviction"))
+    p.add_argument("--quick", action="store_true", help="small grid (8 and 64 sessions, 3 budgets)")
+    return p.parse_args(argv)
+
+
+def config_from(args: argparse.Namespace) -> GridConfig:
+    base = QUICK if args.quick else GridConfig()
+    steps = args.steps
+    if steps is not None and (len(steps) != 2 or not 0 < steps[0] <= steps[1]):
+        raise ValueError("--steps takes MIN,MAX with 0 < MIN <= MAX")
+    return GridConfig(
+        workloads=args.workloads or base.workloads,
+        sessions=args.sessions or base.sessions,
+        budgets=args.budgets or base.budgets,
+        policies=args.policies or base.policies,
+        seeds=args.seeds or base.seeds,
+        steps=steps or base.steps,
+    )
+
+
+def main(argv: list[str]) -> int:
+    from rich.console import Console
+    from rich.progress import Progress
+
+    args = parse(argv)
+    console = Console(stderr=True)
+    try:
+        cfg = config_from(args)
+    except ValueError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        return 2
+    args.out.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    with Progress(console=console, transient=True) as progress:
+        task = progress.add_task("replaying", total=total_runs(cfg))
+        results = run_grid(cfg, tick=lambda: progress.advance(task))
+    wall = time.perf_counter() - start
+    (args.out / "results.json").write_text(json.dumps(results, indent=1))
+    paths = write_report(results, args.out, wall)
+    console.print(f"{len(results['rows'])} rows in {wall:.1f} s -> {args.out / 'results.json'}, "
+                  f"{len(paths)} report files")
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    raise SystemExit(main(sys.argv[1:]))
