@@ -30,7 +30,9 @@ def _object(properties: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def action_schema(tools: Sequence[Tool], dead_end: bool = False) -> str:
+def action_schema(
+    tools: Sequence[Tool], dead_end: bool = False, tools_only: bool = False, answer_only: bool = False
+) -> str:
     """anyOf one object per tool ({"tool": const, "arguments": its schema}), answer, dead end.
 
     The branches are disjoint by their required keys, so anyOf is as strict as oneOf and is
@@ -41,7 +43,10 @@ def action_schema(tools: Sequence[Tool], dead_end: bool = False) -> str:
     branches = [
         _object({"tool": {"const": t.name}, "arguments": t.parameters_schema()})
         for t in sorted(tools, key=lambda t: t.name)
+        if not answer_only
     ]
+    if tools_only and branches:
+        return _ordered_json({"anyOf": branches})
     branches.append(_object({"answer": {"type": "string"}}))
     if dead_end:
         branches.append(_object({"dead_end": {"type": "string"}}))

@@ -56,11 +56,12 @@ class Agent:
         dead_end: bool = True,
         priority: int | None = None,
         token_prompts: bool | None = None,
+        tool_choice: str = "auto",
     ) -> None:
         sampling = {"temperature": 0.0, "max_new_tokens": 256, **(sampling or {})}
         self.config = AgentConfig(
             max_steps=max_steps, reflect=reflect, max_backtracks=max_backtracks,
-            max_errors=max_errors, dead_end=dead_end, sampling=sampling,
+            max_errors=max_errors, dead_end=dead_end, sampling=sampling, tool_choice=tool_choice,
         )  # fmt: skip
         names = [t.name for t in tools]
         if len(set(names)) != len(names):

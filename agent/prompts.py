@@ -26,7 +26,7 @@ DOCUMENTS_SECTION = "\n\n## Documents"
 DOCUMENT = "\n\n### Document {index}: {title}\n{text}"
 
 TASK = "{task}"
-OBSERVATION = "Observation [{call_id}]: {content}"
+OBSERVATION = "Observation [{call_id}]: {content}\nIf this answers the task, reply with the final answer."
 TOOL_ERROR = "Error [{call_id}] ({kind}): {message}"
 PARSE_ERROR = "Error: your reply was not a valid action ({message}). Reply with one JSON object."
 REFLECT = (

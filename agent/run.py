@@ -158,7 +158,14 @@ class Run:
         return step
 
     def _schema(self) -> str:
-        return action_schema(list(self.ctx.tools.values()), dead_end=self.ctx.config.dead_end)
+        calls = [(s.action.tool, s.action.arguments) for s in self.steps
+                 if not s.abandoned and s.action is not None and s.action.kind == "tool"]
+        tools_only = self.ctx.config.tool_choice == "required" and not calls
+        # The same call twice in a row learns nothing new: small models loop on it, so the
+        # next action must be an answer (or a declared dead end).
+        answer_only = len(calls) >= 2 and calls[-1] == calls[-2]
+        return action_schema(list(self.ctx.tools.values()), dead_end=self.ctx.config.dead_end,
+                             tools_only=tools_only, answer_only=answer_only)
 
     def _call(self, prompt: Prompt, schema: str, step: Step) -> Completion | None:
         params = {**self.sampling, "json_schema": schema}

@@ -160,7 +160,7 @@ def arithmetic_model(call: FakeCall) -> str:
     if message.startswith("Reflect"):
         return '{"thought":"check the tool result and answer"}'
     if message.startswith("Observation"):
-        value = message.split(": ", 1)[1]
+        value = message.split(": ", 1)[1].split("\n")[0]
         return '{"answer":"' + value + '"}'
     numbers = re.findall(r"\d+", message)
     if "Error" in message or len(numbers) < 2:
