@@ -18,7 +18,8 @@ from runtime.cache.policies import make_policy
 from runtime.cache.radix import RadixCache
 from runtime.config import EngineConfig, check_pool_fits, derive_pool_size
 from runtime.errors import EngineClosed, InvalidRequest, Overloaded, PromptTooLong
-from runtime.model import LlamaModel, ModelConfig
+from runtime.hf_model import HFModel
+from runtime.model import SUPPORTED, LlamaModel, ModelConfig
 from runtime.request import Request
 from runtime.sampling import Sampler, SamplingParams
 from runtime.scheduler import Scheduler
@@ -34,13 +35,20 @@ class Engine:
             torch.set_num_threads(self.config.num_threads)
         started = time.perf_counter()
         loaded = model_files.load(self.config.model_path, torch.float32)
-        model = LlamaModel(ModelConfig.from_hf(loaded.hf_config), loaded.state_dict,
-                           DTYPES[self.config.dtype], self.config.device)
+        model = self._build_model(loaded)
         self._assemble(model, loaded.tokenizer, loaded.path, loaded.name, self._eos_ids(loaded))
         log.info("engine ready in %.1fs: %s, %s, pool %d tokens (%.0f MiB), policy %s, cache %s",
                  time.perf_counter() - started, self.model_name, self.config.dtype, self.pool.size,
                  self.pool.capacity_bytes / 2**20, self.config.radix_eviction_policy,
                  "off" if self.config.disable_radix_cache else "on")
+
+    def _build_model(self, loaded: model_files.LoadedModel) -> LlamaModel | HFModel:
+        dtype, device = DTYPES[self.config.dtype], self.config.device
+        if loaded.hf_config.model_type in SUPPORTED:
+            return LlamaModel(ModelConfig.from_hf(loaded.hf_config), loaded.state_dict, dtype, device)
+        log.warning("%s has no compact forward: using the HF transformers fallback (slower)",
+                    loaded.hf_config.model_type)
+        return HFModel(loaded.hf_model, dtype, device)
 
     def sibling(self, **overrides: Any) -> Engine:
         """A second engine over the same weights with its own pool, cache and config overrides
@@ -52,7 +60,7 @@ class Engine:
         other._assemble(self.model, self.tokenizer, self.model_path, self.model_name, self.eos_ids)
         return other
 
-    def _assemble(self, model: LlamaModel, tokenizer: Any, path: str, name: str, eos_ids: set[int]) -> None:
+    def _assemble(self, model: LlamaModel | HFModel, tokenizer: Any, path: str, name: str, eos_ids: set[int]) -> None:
         self.model, self.tokenizer, self.model_path, self.eos_ids = model, tokenizer, path, eos_ids
         self.model_name = self.config.served_model_name or name
         mc = model.cfg

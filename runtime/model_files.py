@@ -21,6 +21,7 @@ class LoadedModel:
     hf_config: Any
     state_dict: dict[str, torch.Tensor]
     tokenizer: Any
+    hf_model: Any  # kept only for architectures the compact forward does not cover
 
 
 def default_model_path() -> str:
@@ -49,4 +50,5 @@ def load(model_path: str | None, dtype: torch.dtype) -> LoadedModel:
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, **kwargs)
     state = {k: v.detach() for k, v in model.state_dict().items()}
     name = path.stem if path.suffix == ".gguf" else path.name
-    return LoadedModel(name=name, path=str(path), hf_config=model.config, state_dict=state, tokenizer=tokenizer)
+    return LoadedModel(name=name, path=str(path), hf_config=model.config, state_dict=state, tokenizer=tokenizer,
+                       hf_model=model)

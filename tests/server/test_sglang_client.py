@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import pytest
 
-sgl = pytest.importorskip(
-    "sglang", reason="SGLang's frontend client is not installed (run tests/sglang/install_client.sh)"
+# Import a submodule: tests/sglang/ on sys.path would otherwise pass for an empty `sglang`
+# namespace package when the real client is not installed.
+pytest.importorskip(
+    "sglang.lang", reason="SGLang's frontend client is not installed (run tests/sglang/install_client.sh)"
 )
+import sglang as sgl  # noqa: E402
 
 
 def test_sgl_function_through_runtime_endpoint(server, engine) -> None:
