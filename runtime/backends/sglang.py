@@ -2,6 +2,10 @@
 
 Requests stream (`stream: true`) so that TTFT is the arrival time of the first chunk; the last
 chunk carries the full text (SGLang streams cumulative text) and `meta_info.cached_tokens`.
+
+Session affinity behind sglang-router: a request with a `session_id` carries it in the
+`X-SMG-Routing-Key` header, which the router's `manual` policy maps to one worker for the
+session's life (servers and other router policies ignore the header). See docs/cluster.md.
 """
 
 from __future__ import annotations
@@ -17,6 +21,9 @@ from runtime.backends.embedded import completion_from_output
 from runtime.backends.retry import server_message, status_error, transport_error, with_retries
 from runtime.errors import BackendError
 
+#: sglang-router (>= 0.3) header that pins requests with the same value to one worker
+ROUTING_KEY_HEADER = "X-SMG-Routing-Key"
+
 
 class SGLangBackend(Backend):
     name = "sglang"
@@ -31,10 +38,12 @@ class SGLangBackend(Backend):
         connect_timeout_s: float = 10.0,
         max_attempts: int = 4,
         stream: bool = True,
+        routing_key_header: str | None = ROUTING_KEY_HEADER,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.max_attempts = max_attempts
         self.stream = stream
+        self.routing_key_header = routing_key_header
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         timeout = httpx.Timeout(timeout_s, connect=connect_timeout_s)
         self.client = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout)
@@ -58,20 +67,27 @@ class SGLangBackend(Backend):
             prompt, input_ids, sampling_params, session_id, cache_salt, priority, prefix_cache, rid
         )
         payload["stream"] = self.stream
+        headers = self._routing_headers(session_id)
         run = self._generate_stream if self.stream else self._generate_once
-        return with_retries(lambda: run(payload), self.max_attempts)
+        return with_retries(lambda: run(payload, headers), self.max_attempts)
 
-    def _generate_once(self, payload: dict[str, Any]) -> Completion:
+    def _routing_headers(self, session_id: str | None) -> dict[str, str]:
+        """The router's session-affinity header; none for session-less requests (cache-aware routing)."""
+        if session_id and self.routing_key_header:
+            return {self.routing_key_header: session_id}
+        return {}
+
+    def _generate_once(self, payload: dict[str, Any], headers: dict[str, str]) -> Completion:
         started = time.perf_counter()
-        out = self._json("POST", "/generate", payload)
+        out = self._json("POST", "/generate", payload, headers)
         return completion_from_output(out, time.perf_counter() - started)
 
-    def _generate_stream(self, payload: dict[str, Any]) -> Completion:
+    def _generate_stream(self, payload: dict[str, Any], headers: dict[str, str]) -> Completion:
         started = time.perf_counter()
         first: float | None = None
         last: dict[str, Any] | None = None
         try:
-            with self.client.stream("POST", "/generate", json=payload) as resp:
+            with self.client.stream("POST", "/generate", json=payload, headers=headers) as resp:
                 if resp.status_code != 200:
                     raise status_error(
                         resp.status_code, resp.read().decode(errors="replace"), self._url("/generate")
@@ -139,10 +155,12 @@ class SGLangBackend(Backend):
     def _url(self, path: str) -> str:
         return self.base_url + path
 
-    def _json(self, method: str, path: str, payload: dict[str, Any] | None) -> Any:
+    def _json(
+        self, method: str, path: str, payload: dict[str, Any] | None, headers: dict[str, str] | None = None
+    ) -> Any:
         def once() -> Any:
             try:
-                resp = self.client.request(method, path, json=payload)
+                resp = self.client.request(method, path, json=payload, headers=headers)
             except httpx.HTTPError as exc:
                 raise transport_error(exc, self._url(path)) from exc
             if resp.status_code != 200:

@@ -1,0 +1,300 @@
+"""`radixagent eval-cluster`: router policies compared on a local cluster of `radixagent serve` workers.
+
+Workload (agent-like, plain backend calls): S concurrent sessions share one long document head; each
+session makes `steps` model calls whose prompt is the head + the session's growing log (task, the
+model's previous outputs, a tool result), sleeping a seeded "tool wait" between calls. Greedy,
+small `max_new_tokens`. Every request carries its session id (body `session_id` + the
+`X-SMG-Routing-Key` header our SGLang backend adds); only the router policy differs per mode:
+
+- `round_robin`, `cache_aware`: the router ignores the header.
+- `session` ("cache-aware + session affinity"): sglang-router's `manual` policy, sticky by routing key,
+  new keys to the worker with the fewest active keys (`--assignment-mode min_group`).
+- `single` (baseline): one worker with the cluster's total KV budget.
+
+The workers stay up across modes (their caches are flushed, the router is replaced), so the numbers
+compare routing only. Output: results.json, report.md, cluster.png in --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from evals.metrics import percentile
+from runtime.cluster import Cluster, ClusterConfig, router_available
+
+ROUTED_MODES = ("round_robin", "cache_aware", "session")
+LABELS = {
+    "round_robin": "round_robin",
+    "cache_aware": "cache_aware",
+    "session": "cache-aware + session affinity (manual, X-SMG-Routing-Key)",
+    "single": "single worker, same total KV",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    workers: int = 2
+    sessions: int = 16
+    steps: int = 4
+    doc_sentences: int = 60
+    kv_per_worker: int = 4096
+    max_new_tokens: int = 8
+    #: lines per tool result (~30 tokens each): how much per-session state each step adds
+    tool_lines: int = 1
+    tool_wait_s: tuple[float, float] = (0.2, 1.0)
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.workers <= 8 or self.sessions < 1 or self.steps < 1:
+            raise ValueError("need 1-8 workers, >= 1 session, >= 1 step")
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    session: int
+    step: int
+    prompt_tokens: int
+    cached_tokens: int
+    ttft_s: float
+    latency_s: float
+
+
+def document(n: int) -> str:
+    return "Operations manual of the harbour authority.\n" + "\n".join(
+        f"Section {i}: berth {i % 11} handles vessels up to {40 + i * 3} metres; the pilot on duty "
+        f"for sector {i % 5} reports tide level {i % 9} at shift change."
+        for i in range(n)
+    )
+
+
+def tool_result(session: int, step: int, lines: int = 1) -> str:
+    berth = (session + step) % 11
+    rows = "".join(
+        f"berth {berth} slot {k}: vessel S{session}-{step}-{k}, departs at {8 + step + k}:00, "
+        f"pilot {(session * 3 + k) % 5}.\n"
+        for k in range(lines)
+    )
+    return f"\n[tool lookup(berth={berth})]\n{rows}"
+
+
+def run_session(backend: Any, w: Workload, doc: str, session: int, start: float) -> list[Call]:
+    rng = random.Random(w.seed * 1000 + session)
+    time.sleep(max(0.0, start - time.monotonic()) + rng.uniform(0.0, 1.0))  # staggered arrivals
+    log = f"\n\n## Session {session}\nTask: which vessels use berth {session % 11} today?\n"
+    sid = f"eval-s{session}"
+    calls: list[Call] = []
+    for step in range(w.steps):
+        out = backend.generate(
+            prompt=doc + log, session_id=sid,
+            sampling_params={"temperature": 0.0, "max_new_tokens": w.max_new_tokens},
+        )  # fmt: skip
+        calls.append(Call(session, step, out.prompt_tokens, out.cached_tokens, out.ttft_s, out.latency_s))
+        log += f"Step {step}: {out.text.strip()}" + tool_result(session, step, w.tool_lines)
+        time.sleep(rng.uniform(*w.tool_wait_s))  # the tool runs; the session's KV waits
+    return calls
+
+
+def run_mode(cluster: Cluster, w: Workload, mode: str, say: Any) -> dict[str, Any]:
+    from runtime import connect
+
+    cluster.flush()
+    before = cluster.worker_stats()
+    backend = connect(cluster.url, max_attempts=4)
+    doc = document(w.doc_sentences)
+    started = time.monotonic()
+    try:
+        with ThreadPoolExecutor(max_workers=w.sessions) as pool:
+            futures = [pool.submit(run_session, backend, w, doc, s, started) for s in range(w.sessions)]
+            calls = [c for f in futures for c in f.result()]
+    finally:
+        backend.close()
+    wall = time.monotonic() - started
+    row = summarize(mode, calls, wall, per_worker(before, cluster.worker_stats()))
+    say(f"  {mode:<12} hit {row['hit_rate']:.3f}  recomputed {row['recomputed_prefill_tokens']:>6}  "
+        f"ttft p50 {row['ttft_p50_s']:.3f}s p95 {row['ttft_p95_s']:.3f}s  per-worker {row['requests_per_worker']}")  # fmt: skip
+    return row
+
+
+def per_worker(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    keys = ("requests", "prompt_tokens", "cached_tokens", "evicted_tokens")
+    return [
+        {"url": a["url"], **{k: int(a.get(k, 0)) - int(b.get(k, 0)) for k in keys}}
+        for b, a in zip(before, after, strict=True)
+    ]
+
+
+def summarize(mode: str, calls: list[Call], wall: float, workers: list[dict[str, Any]]) -> dict[str, Any]:
+    prompt = sum(c.prompt_tokens for c in calls)
+    cached = sum(c.cached_tokens for c in calls)
+    ttfts = [c.ttft_s for c in calls]
+    follow = [c for c in calls if c.step > 0]
+    reqs = [wk["requests"] for wk in workers]
+    return {
+        "mode": mode, "label": LABELS[mode], "requests": len(calls), "prompt_tokens": prompt,
+        "cached_tokens": cached, "hit_rate": cached / prompt if prompt else 0.0,
+        "follow_up_hit_rate": sum(c.cached_tokens for c in follow) / max(1, sum(c.prompt_tokens for c in follow)),
+        "recomputed_prefill_tokens": prompt - cached,
+        "ttft_p50_s": percentile(ttfts, 50), "ttft_p95_s": percentile(ttfts, 95), "e2e_s": wall,
+        "requests_per_worker": reqs,
+        "load_imbalance": max(reqs) / max(1, min(reqs)) if reqs else None,
+        "workers": workers,
+    }  # fmt: skip
+
+
+def run_all(w: Workload, modes: list[str], log_dir: Path, say: Any) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    routed = [m for m in modes if m in ROUTED_MODES]
+    if routed:
+        cfg = ClusterConfig(workers=w.workers, policy=routed[0], log_dir=str(log_dir / "cluster"),
+                            worker_args=("--max-total-tokens", str(w.kv_per_worker)))  # fmt: skip
+        say(f"starting {w.workers} workers x {w.kv_per_worker} KV tokens ...")
+        with Cluster(cfg) as cluster:
+            for mode in routed:
+                if mode != cluster.config.policy:
+                    cluster.restart_router(mode)
+                rows.append(run_mode(cluster, w, mode, say))
+    if "single" in modes:
+        cfg = ClusterConfig(workers=1, policy="round_robin", log_dir=str(log_dir / "single"),
+                            worker_args=("--max-total-tokens", str(w.kv_per_worker * w.workers)),
+                            threads_per_worker=None)  # fmt: skip
+        say(f"starting the single-worker baseline ({w.kv_per_worker * w.workers} KV tokens) ...")
+        with Cluster(cfg) as cluster:
+            rows.append(run_mode(cluster, w, "single", say))
+    return rows
+
+
+def verdict(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    by = {r["mode"]: r for r in rows}
+    out: dict[str, Any] = {}
+    if "session" in by and "round_robin" in by:
+        rr, s = by["round_robin"]["recomputed_prefill_tokens"], by["session"]["recomputed_prefill_tokens"]
+        out["recompute_reduction_vs_round_robin"] = rr / max(1, s)
+        out["meets_1_5x_fewer_recomputed"] = rr >= 1.5 * s
+    if "session" in by and "single" in by:
+        gap = by["single"]["hit_rate"] - by["session"]["hit_rate"]
+        out["hit_rate_gap_vs_single"] = gap
+        out["meets_within_5pct_of_single"] = gap <= 0.05
+    return out
+
+
+def report(w: Workload, rows: list[dict[str, Any]], checks: dict[str, Any], quick: bool, router: str) -> str:
+    lines = [
+        "# Cluster routing: round_robin vs cache_aware vs session affinity", "",
+        f"{w.workers} `radixagent serve` workers x {w.kv_per_worker} KV tokens behind sglang-router {router}; "
+        f"{w.sessions} concurrent sessions x {w.steps} steps sharing one {w.doc_sentences}-sentence document, "
+        f"tool waits {w.tool_wait_s[0]}-{w.tool_wait_s[1]} s, greedy, max_new_tokens {w.max_new_tokens}.",
+    ]  # fmt: skip
+    if quick:
+        lines.append("**Quick run** on a small CPU machine (2 cores shared): small model, few sessions; "
+                     "TTFT is dominated by CPU contention between the workers, hit rates and recomputed "
+                     "tokens are the meaningful numbers.")  # fmt: skip
+    lines += ["", "| mode | requests | hit rate | follow-up hit rate | recomputed prefill | TTFT p50 | TTFT p95 "
+              "| requests per worker | wall |", "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for r in rows:
+        lines.append(
+            f"| {r['label']} | {r['requests']} | {r['hit_rate']:.3f} | {r['follow_up_hit_rate']:.3f} "
+            f"| {r['recomputed_prefill_tokens']} | {r['ttft_p50_s']:.3f} s | {r['ttft_p95_s']:.3f} s "
+            f"| {r['requests_per_worker']} | {r['e2e_s']:.1f} s |"
+        )
+    lines += ["", "Checks (issue 9 targets): " + json.dumps(checks), ""]
+    return "\n".join(lines)
+
+
+def plot(rows: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [r["mode"] for r in rows]
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
+    axes[0].bar(names, [r["hit_rate"] for r in rows], color="tab:green")
+    axes[0].set_title("aggregate hit rate")
+    axes[1].bar(names, [r["recomputed_prefill_tokens"] for r in rows], color="tab:red")
+    axes[1].set_title("recomputed prefill tokens")
+    x = range(len(rows))
+    axes[2].bar([i - 0.2 for i in x], [r["ttft_p50_s"] for r in rows], width=0.4, label="p50")
+    axes[2].bar([i + 0.2 for i in x], [r["ttft_p95_s"] for r in rows], width=0.4, label="p95")
+    axes[2].set_xticks(list(x), names)
+    axes[2].set_title("TTFT (s)")
+    axes[2].legend()
+    for ax in axes:
+        ax.tick_params(axis="x", labelrotation=20)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="radixagent eval-cluster", description=__doc__.split("\n\n")[0])
+    p.add_argument("--workers", type=int, default=3)
+    p.add_argument("--sessions", type=int, default=24)
+    p.add_argument("--steps", type=int, default=6)
+    p.add_argument("--kv-per-worker", type=int, default=4096, help="KV pool of each worker, tokens")
+    p.add_argument("--modes", default="round_robin,cache_aware,session,single")
+    p.add_argument(
+        "--quick", action="store_true", help="2 workers x 16 sessions x 4 steps (small CPU machines)"
+    )
+    p.add_argument("--tool-lines", type=int, default=1, help="lines per tool result (~30 tokens each)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default="results/cluster")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ns = parse(argv)
+    if not router_available():
+        print("radixagent eval-cluster: needs sglang-router (pip install sglang-router)", file=sys.stderr)
+        return 2
+    if ns.quick:
+        ns.workers, ns.sessions, ns.steps = 2, 16, 4
+    w = Workload(workers=ns.workers, sessions=ns.sessions, steps=ns.steps, kv_per_worker=ns.kv_per_worker,
+                 tool_lines=ns.tool_lines, seed=ns.seed)  # fmt: skip
+    out = Path(ns.out)
+    out.mkdir(parents=True, exist_ok=True)
+    lock = threading.Lock()
+
+    def say(msg: str) -> None:
+        with lock:
+            print(msg, flush=True)
+
+    modes = [m.strip() for m in ns.modes.split(",") if m.strip()]
+    unknown = set(modes) - set(LABELS)
+    if unknown:
+        print(
+            f"radixagent eval-cluster: unknown modes {sorted(unknown)}; known: {sorted(LABELS)}",
+            file=sys.stderr,
+        )
+        return 2
+    rows = run_all(w, modes, out / "logs", say)
+    checks = verdict(rows)
+    router = _router_version()
+    results = {"workload": asdict(w), "quick": ns.quick, "router": f"sglang-router {router}", "rows": rows,
+               "checks": checks}  # fmt: skip
+    (out / "results.json").write_text(json.dumps(results, indent=2))
+    (out / "report.md").write_text(report(w, rows, checks, ns.quick, router))
+    plot(rows, out / "cluster.png")
+    say(f"wrote {out}/results.json, report.md, cluster.png; checks {checks}")
+    return 0
+
+
+def _router_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("sglang-router")
+    except PackageNotFoundError:
+        return "?"
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

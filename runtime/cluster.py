@@ -1,0 +1,347 @@
+"""`radixagent cluster`: N local `radixagent serve` workers behind sglang-router, on loopback.
+
+`Cluster` (a context manager) starts each worker as its own process with its own KV budget on a
+random free port, waits until every worker answers /health, then starts the router
+(`python -m sglang_router.launch_router`) and waits until it reports every worker healthy.
+Leaving the context stops the router first, then the workers (SIGTERM to each process group,
+SIGKILL after a grace period), so no process outlives it.
+
+Routing policies are the router's own (`--policy`), plus `session`: the router's `manual` policy
+(sticky `X-SMG-Routing-Key` -> worker, new keys to the worker with the fewest keys), which is what
+our SGLang backend sends as the session id. See docs/cluster.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+#: our policy name -> sglang-router flags (sglang-router 0.3.x choices, plus `session`)
+POLICIES: dict[str, tuple[str, ...]] = {
+    "cache_aware": ("--policy", "cache_aware"),
+    "round_robin": ("--policy", "round_robin"),
+    "random": ("--policy", "random"),
+    "power_of_two": ("--policy", "power_of_two"),
+    "manual": ("--policy", "manual"),
+    "session": ("--policy", "manual", "--assignment-mode", "min_group"),
+}
+ROUTER_MODULE = "sglang_router.launch_router"
+
+
+class ClusterError(RuntimeError):
+    """A worker or the router failed to start or died; the message carries its log tail."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterConfig:
+    workers: int = 2
+    #: router port on `host`; 0 picks a free one
+    port: int = 0
+    host: str = "127.0.0.1"
+    policy: str = "cache_aware"
+    #: extra `radixagent serve` flags for every worker (e.g. ("--max-total-tokens", "8192"))
+    worker_args: tuple[str, ...] = ()
+    #: extra sglang-router flags
+    router_args: tuple[str, ...] = ()
+    #: torch threads per worker; None: the machine's cores split between the workers
+    threads_per_worker: int | None = None
+    startup_timeout_s: float = 900.0
+    #: where process logs go; None: a fresh temporary folder
+    log_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.workers < 1:
+            raise ValueError(f"workers must be >= 1, got {self.workers}")
+        if self.policy not in POLICIES:
+            raise ValueError(f"unknown policy {self.policy!r}; known: {sorted(POLICIES)}")
+        if not 0 <= self.port < 65536:
+            raise ValueError(f"port must be in [0, 65535], got {self.port}")
+        if self.host not in ("127.0.0.1", "localhost", "::1"):
+            raise ValueError("the local cluster binds to loopback only (host 127.0.0.1)")
+
+
+@dataclass(slots=True)
+class Proc:
+    name: str
+    popen: subprocess.Popen[bytes]
+    log: Path
+    url: str
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+@dataclass
+class Cluster:
+    """`with Cluster(ClusterConfig(workers=2)) as c: connect(c.url)`; `c.worker_urls` for per-worker stats."""
+
+    config: ClusterConfig = field(default_factory=ClusterConfig)
+    workers: list[Proc] = field(default_factory=list)
+    router: Proc | None = None
+    log_dir: Path = field(default_factory=lambda: Path(tempfile.gettempdir()))
+
+    @property
+    def url(self) -> str:
+        if self.router is None:
+            raise ClusterError("cluster not started")
+        return self.router.url
+
+    @property
+    def worker_urls(self) -> list[str]:
+        return [w.url for w in self.workers]
+
+    def __enter__(self) -> Cluster:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ---- lifecycle ----------------------------------------------------------------------------
+    def start(self) -> None:
+        log_dir = Path(self.config.log_dir or tempfile.mkdtemp(prefix="radixagent-cluster-"))
+        log_dir.mkdir(parents=True, exist_ok=True)
+        self.log_dir = log_dir
+        deadline = time.monotonic() + self.config.startup_timeout_s
+        try:
+            for i in range(self.config.workers):
+                self.workers.append(self._spawn(f"worker{i}", self._worker_cmd, log_dir))
+            for w in self.workers:
+                _wait_http(w, "/health", deadline, lambda r: r.status_code == 200)
+            self.router = self._spawn("router", self._router_cmd, log_dir, port=self.config.port)
+            _wait_http(self.router, "/workers", deadline, self._all_registered)
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self, grace_s: float = 10.0) -> None:
+        """Router first (no new traffic), then the workers; idempotent."""
+        procs = ([self.router] if self.router else []) + list(reversed(self.workers))
+        for p in procs:
+            _signal_group(p.popen, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        for p in procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                p.popen.wait(timeout=max(0.1, deadline - time.monotonic()))
+            _signal_group(p.popen, signal.SIGKILL)  # the group: children the process left behind
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                p.popen.wait(timeout=5)
+
+    def restart_router(self, policy: str) -> None:
+        """Swap the router for one with `policy`, keeping the workers (and their caches) up."""
+        if policy not in POLICIES:
+            raise ValueError(f"unknown policy {policy!r}; known: {sorted(POLICIES)}")
+        if self.router is not None:
+            _signal_group(self.router.popen, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.router.popen.wait(timeout=10)
+            _signal_group(self.router.popen, signal.SIGKILL)
+            self.router.popen.wait(timeout=5)
+        self.config = replace(self.config, policy=policy)
+        port = int(self.router.url.rsplit(":", 1)[1]) if self.router else self.config.port
+        self.router = self._spawn("router", self._router_cmd, self.log_dir, port=port)
+        _wait_http(self.router, "/workers", time.monotonic() + 120, self._all_registered)
+
+    def kill_worker(self, index: int) -> None:
+        """SIGKILL one worker (fault injection); the router's health checks and retries route around it."""
+        _signal_group(self.workers[index].popen, signal.SIGKILL)
+        self.workers[index].popen.wait(timeout=10)
+
+    def dead(self) -> list[Proc]:
+        return [p for p in [*self.workers, *([self.router] if self.router else [])] if not p.alive()]
+
+    # ---- per-worker statistics ---------------------------------------------------------------
+    def worker_stats(self, timeout_s: float = 10.0) -> list[dict[str, Any]]:
+        """Each live worker's /get_server_info `cache_stats` (+ `url`); dead workers give `{"url", "error"}`."""
+        out: list[dict[str, Any]] = []
+        for w in self.workers:
+            try:
+                info = httpx.get(w.url + "/get_server_info", timeout=timeout_s).json()
+                out.append({"url": w.url, **info.get("cache_stats", {})})
+            except (httpx.HTTPError, ValueError) as exc:
+                out.append({"url": w.url, "error": f"{type(exc).__name__}: {exc}"})
+        return out
+
+    def flush(self) -> None:
+        for w in self.workers:
+            with contextlib.suppress(httpx.HTTPError):
+                httpx.post(w.url + "/flush_cache", timeout=30)
+
+    # ---- commands ------------------------------------------------------------------------------
+    def _spawn(self, name: str, cmd_for: Any, log_dir: Path, port: int = 0) -> Proc:
+        port = port or free_port(self.config.host)
+        log = log_dir / f"{name}.log"
+        with open(log, "wb") as fh:
+            popen = subprocess.Popen(
+                cmd_for(port), stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True,  # its own process group: stop() signals the whole group
+            )  # fmt: skip
+        return Proc(name, popen, log, f"http://{self.config.host}:{port}")
+
+    def _worker_cmd(self, port: int) -> list[str]:
+        args = list(self.config.worker_args)
+        threads = self.config.threads_per_worker or max(1, (os.cpu_count() or 1) // self.config.workers)
+        if "--num-threads" not in args:
+            args += ["--num-threads", str(threads)]
+        if "--enable-metrics" not in args:
+            args.append("--enable-metrics")
+        return [sys.executable, "-m", "runtime.cli", "serve", "--host", self.config.host, "--port", str(port),
+                "--log-level", "warning", *args]  # fmt: skip
+
+    def _router_cmd(self, port: int) -> list[str]:
+        return [
+            sys.executable, "-m", ROUTER_MODULE, "--host", self.config.host, "--port", str(port),
+            "--worker-urls", *self.worker_urls, *POLICIES[self.config.policy],
+            "--prometheus-host", self.config.host, "--prometheus-port", str(free_port(self.config.host)),
+            "--health-check-interval-secs", "5", "--health-failure-threshold", "2",
+            "--shutdown-grace-period-secs", "2", "--log-level", "warn", *self.config.router_args,
+        ]  # fmt: skip
+
+    def _all_registered(self, resp: httpx.Response) -> bool:
+        if resp.status_code != 200:
+            return False
+        workers = resp.json().get("workers", [])
+        return sum(bool(w.get("is_healthy")) for w in workers) == self.config.workers
+
+
+def router_available() -> bool:
+    """True when the sglang-router package (the `sglang_router` module) is installed."""
+    import importlib.util
+
+    return importlib.util.find_spec("sglang_router") is not None
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def _signal_group(popen: subprocess.Popen[bytes], sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(popen.pid, sig)
+
+
+def _wait_http(proc: Proc, path: str, deadline: float, ready: Any) -> None:
+    """Poll `proc.url + path` until `ready(response)`; ClusterError when the process dies or time runs out."""
+    while True:
+        if not proc.alive():
+            raise ClusterError(
+                f"{proc.name} exited with {proc.popen.returncode}; log {proc.log}:\n{proc.tail()}"
+            )
+        with contextlib.suppress(httpx.HTTPError, ValueError):
+            if ready(httpx.get(proc.url + path, timeout=5)):
+                return
+        if time.monotonic() > deadline:
+            raise ClusterError(f"{proc.name} not ready at {proc.url}{path}; log {proc.log}:\n{proc.tail()}")
+        time.sleep(0.5)
+
+
+# ---- CLI -------------------------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="radixagent cluster",
+        description="Start N local `radixagent serve` workers and sglang-router on loopback; Ctrl-C stops all.",
+    )
+    p.add_argument(
+        "--workers", type=int, default=2, help="number of workers (each its own process and KV pool)"
+    )
+    p.add_argument("--port", type=int, default=30000, help="router port on 127.0.0.1")
+    p.add_argument("--policy", default="cache_aware", choices=sorted(POLICIES),
+                   help="router policy; `session` = sticky X-SMG-Routing-Key (our backend's session id)")  # fmt: skip
+    p.add_argument(
+        "--max-total-tokens", type=int, default=None, help="KV pool size of EACH worker, in tokens"
+    )
+    p.add_argument(
+        "--worker-args",
+        default="",
+        help='extra `radixagent serve` flags, e.g. "--radix-eviction-policy session"',
+    )
+    p.add_argument(
+        "--router-args", default="", help='extra sglang-router flags, e.g. "--cache-threshold 0.5"'
+    )
+    p.add_argument("--threads-per-worker", type=int, default=None)
+    p.add_argument("--log-dir", default=None, help="process logs (default: a temporary folder)")
+    return p
+
+
+def config_from_args(ns: argparse.Namespace) -> ClusterConfig:
+    import shlex
+
+    worker_args = shlex.split(ns.worker_args)
+    if ns.max_total_tokens is not None:
+        worker_args += ["--max-total-tokens", str(ns.max_total_tokens)]
+    return ClusterConfig(
+        workers=ns.workers, port=ns.port, policy=ns.policy, worker_args=tuple(worker_args),
+        router_args=tuple(shlex.split(ns.router_args)), threads_per_worker=ns.threads_per_worker,
+        log_dir=ns.log_dir,
+    )  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    ns = build_parser().parse_args(argv)
+    if not router_available():
+        print("radixagent cluster: needs sglang-router (pip install sglang-router)", file=sys.stderr)
+        return 2
+    try:
+        config = config_from_args(ns)
+    except ValueError as exc:
+        print(f"radixagent cluster: {exc}", file=sys.stderr)
+        return 2
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    cluster = Cluster(config)
+    try:
+        print(f"starting {config.workers} workers (policy {config.policy}) ...", file=sys.stderr, flush=True)
+        cluster.start()
+        print(f"router  {cluster.url}  (policy {config.policy})", flush=True)
+        for w in cluster.workers:
+            print(f"{w.name:<7} {w.url}  log {w.log}", flush=True)
+        print("Ctrl-C stops the router and all workers.", file=sys.stderr, flush=True)
+        return _watch(cluster)
+    except ClusterError as exc:
+        print(f"radixagent cluster: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        cluster.stop()
+
+
+def _watch(cluster: Cluster) -> int:
+    """Block until Ctrl-C (exit 0) or until a process dies (exit 1)."""
+    while True:
+        dead = cluster.dead()
+        if dead:
+            for p in dead:
+                print(
+                    f"radixagent cluster: {p.name} exited ({p.popen.returncode}):\n{p.tail()}",
+                    file=sys.stderr,
+                )
+            return 1
+        time.sleep(1.0)
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
