@@ -99,7 +99,7 @@ class Scheduler:
         if not self.running:
             return
         segments, fed = self._build_batch()
-        logits = self.model.forward(segments)
+        logits = self.model.forward(segments).cpu()  # sampling, grammar masks and RNGs live on the CPU
         now = time.perf_counter()
         for row, req in enumerate(fed):
             if req.prefilled:
