@@ -1,0 +1,312 @@
+"""Long-document QA: one byte-stable head (system + numbered document) shared by every question.
+
+Flow of `run_qa`: build the agent (tools: `search_document`) whose head embeds the numbered document;
+check that it fits the context; prefill the head once (the leader request, max_new_tokens=0); then fan
+the questions out as branches of that run, each extending the head. A question's task is the bare
+question: the model answers from the document in context (or searches it first), the `verify` callback
+checks the answer against the lines it cites (or grounds it on the lines that support it) and
+rejects it otherwise, which rolls the branch back with a note. One answers.jsonl line per question,
+written and flushed as it is answered, so an interrupted run keeps what it answered.
+
+CLI: `radixagent qa --doc FILE --questions FILE [--backend embedded|URL] [--no-cache]
+[--concurrency N] [--out DIR]` (see `main`; the summary table lives in tasks/qa_report.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agent import Agent, Run, Step, StepRecord, Tool, tool
+from runtime.backends.base import Backend, Completion
+from runtime.errors import RadixAgentError
+from tasks import documents, prompts
+from tasks.citations import Verdict, check_answer
+from tasks.documents import Document
+from tasks.questions import Question
+from tasks.runner import GREEDY, JsonlSink, context_limit, count_tokens, progress_bar
+from tasks.scoring import score_answer
+
+#: tokens the context must leave beside the head: question, passages, answer, one rollback note
+QA_ROOM = 640
+QA_MAX_STEPS = 4
+QA_MAX_NEW_TOKENS = 96
+ANSWER_OPEN = '{"answer":"'  # how a compact answer action starts (the grammar allows no whitespace)
+
+OnStep = Callable[[Question, Step], None]
+
+
+@dataclass(slots=True)
+class QAResult:
+    """One question: its answers.jsonl row and its model calls (StepRecords, in order)."""
+
+    row: dict[str, Any]
+    records: list[StepRecord]
+    status: str
+
+
+@dataclass(slots=True)
+class QAReport:
+    """A QA run: per-question results (in completion order) and the head's prefill record."""
+
+    doc: str
+    results: list[QAResult] = field(default_factory=list)
+    prefill: StepRecord | None = None
+    e2e_s: float = 0.0
+    interrupted: bool = False
+
+    @property
+    def records(self) -> list[StepRecord]:
+        head = [self.prefill] if self.prefill is not None else []
+        return head + [r for res in self.results for r in res.records]
+
+
+def search_tool(doc: Document, question: str = "") -> Tool:
+    """`search_document(query)`: the best passages of the document, lines numbered.
+
+    The question being answered is searched for together with the query: a weak model's query is
+    often just a word or two (or the tool's own name). The tool's spec does not depend on it, so
+    every question's prompt head stays identical.
+    """
+
+    def search_document(query: str) -> str:
+        """Search the document for words; returns the best matching passages with their line numbers.
+
+        Args:
+            query: words to look for, e.g. the key words of the question
+        """
+        passages = documents.search_document(doc.text, f"{query} {question}".strip(), k=2)
+        return prompts.PASSAGE_SEPARATOR.join(p.text for p in passages) or prompts.NO_PASSAGES
+
+    return tool(search_document, description=prompts.SEARCH_TOOL_DOC)
+
+
+def build_agent(backend: Backend, doc: Document, *, max_steps: int = QA_MAX_STEPS,
+                trace_path: Path | None = None) -> Agent:  # fmt: skip
+    """The QA agent: its head (system + tool + numbered document) is the same for every question."""
+    title = prompts.DOCUMENT_TITLE.format(name=Path(doc.path).name)
+    return Agent(
+        backend, system=prompts.QA_SYSTEM, tools=[search_tool(doc)],
+        documents=[(title, documents.number_lines(doc.text))], max_steps=max_steps, reflect=False,
+        dead_end=False, max_backtracks=2, trace_path=trace_path,
+        sampling={**GREEDY, "max_new_tokens": QA_MAX_NEW_TOKENS},
+    )  # fmt: skip
+
+
+def task_text(question: str) -> str:
+    return prompts.QA_TASK.format(question=question)
+
+
+def prefill_head(leader: Run) -> StepRecord | None:
+    """Compute the head's KV once (max_new_tokens=0; 1 where a server needs >= 1): the leader request."""
+    head = leader.layout.render(mark=0, generation_prompt=False)
+    completion: Completion | None = None
+    for max_new in (0, 1):
+        try:
+            completion = leader.generate(
+                head, {**GREEDY, "max_new_tokens": max_new}, rid=f"{leader.ctx.run_id}-prefill"
+            )
+            break
+        except RadixAgentError:
+            continue
+    return None if completion is None else leader.record_prefill(head, completion)
+
+
+def check_head_fits(backend: Backend, doc: Document, leader: Run) -> None:
+    """TaskInputError naming the document when its head leaves no room for a question in the context."""
+    head = leader.layout.render(mark=0, generation_prompt=False)
+    tokens = len(head.ids) if head.ids is not None else count_tokens(backend, head.text)
+    documents.check_fits(doc, tokens, context_limit(backend) - QA_ROOM)
+
+
+def answer_question(leader: Run, branch: int, doc: Document, question: Question,
+                    on_step: OnStep | None = None) -> QAResult:  # fmt: skip
+    """Run one question as branch `branch` of the leader's run (it extends the prefilled head)."""
+    verdicts: list[Verdict] = []
+
+    def verify(answer: str) -> tuple[bool, str]:
+        verdicts.append(check_answer(doc, question.question, answer))
+        return verdicts[-1].ok, verdicts[-1].reason
+
+    tools = {**leader.ctx.tools, "search_document": search_tool(doc, question.question)}  # same spec
+    ctx = dataclasses.replace(leader.ctx, verify=verify, tools=tools)
+    layout = leader.layout.clone()
+    layout.truncate(0)
+    head = layout.render(generation_prompt=False)
+    ctx.breaks.expect(branch, head.ids if head.ids is not None else head.text)  # extend the head, like a fork
+    run = Run(ctx, layout, task_text(question.question), branch=branch)
+    started = time.perf_counter()
+    while not run.done:
+        step = run.step()
+        if on_step is not None:
+            on_step(question, step)
+        cut = salvage_answer(step)
+        if cut is not None and not run.done and verify(cut)[0]:
+            # A custom-policy move: the answer ran past max_new_tokens (so its JSON never closed) but
+            # its complete sentences verify; accept them rather than ask again (greedy would repeat).
+            run.answer, run.verified, run.status = cut, True, "answered"
+    row = answer_row(question, run, verdicts, time.perf_counter() - started)
+    return QAResult(row, list(run.trace), run.status)
+
+
+def salvage_answer(step: Step) -> str | None:
+    """The complete sentences of an answer cut off by max_new_tokens (its JSON never closed), or None."""
+    record = step.record
+    if step.action is not None or record is None or record.finish_reason != "length":
+        return None
+    if not step.output.startswith(ANSWER_OPEN):
+        return None
+    text = step.output[len(ANSWER_OPEN) :]
+    end = text.rfind(". ")
+    if end <= 0:
+        return None
+    try:
+        return json.loads('"' + text[: end + 1] + '"')
+    except json.JSONDecodeError:
+        return None
+
+
+def answer_row(question: Question, run: Run, verdicts: list[Verdict], latency_s: float) -> dict[str, Any]:
+    """The answers.jsonl line of one question."""
+    final = verdicts[-1] if verdicts and run.status == "answered" else None
+    answer = run.answer
+    row: dict[str, Any] = {
+        "id": question.id, "question": question.question, "answer": answer,
+        "citations": list(final.citations) if final else [], "cited_by": final.cited_by if final else None,
+        "status": run.status, "verified": run.verified, "steps": len(run.trace),
+    }  # fmt: skip
+    if question.answer is not None:
+        score = score_answer(answer or "", question.answer)
+        row.update(gold=question.answer, correct=bool(score.contains), exact=score.exact,
+                   contains=score.contains, f1=round(score.f1, 4))  # fmt: skip
+    first = run.trace[0] if run.trace else None
+    row.update(
+        prompt_tokens=sum(r.prompt_tokens for r in run.trace), cached_tokens=sum(r.cached_tokens for r in run.trace),
+        ttft_s=round(first.ttft_s, 4) if first else None, latency_s=round(latency_s, 4),
+    )  # fmt: skip
+    return row
+
+
+def run_qa(
+    backend: Backend,
+    doc: Document,
+    questions: Sequence[Question],
+    *,
+    concurrency: int = 1,
+    out_dir: str | Path | None = None,
+    progress: bool = False,
+    max_steps: int = QA_MAX_STEPS,
+    on_step: OnStep | None = None,
+    on_prefill: Callable[[StepRecord], None] | None = None,
+) -> QAReport:
+    """Answer `questions` about `doc` on `backend`; see the module docstring.
+
+    Raises TaskInputError when the document does not fit the context. Ctrl-C stops the run: the
+    report (and answers.jsonl) keeps the questions answered so far and says `interrupted`.
+    """
+    if concurrency < 1:
+        raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+    out = Path(out_dir) if out_dir is not None else None
+    trace_path = _fresh(out / "trace.jsonl") if out is not None else None
+    agent = build_agent(backend, doc, max_steps=max_steps, trace_path=trace_path)
+    leader = agent.start("", session_id=f"qa-{uuid.uuid4().hex[:12]}")
+    report, started = QAReport(doc=doc.path), time.perf_counter()
+    sink = JsonlSink(out / "answers.jsonl") if out is not None else None
+    try:
+        check_head_fits(backend, doc, leader)
+        report.prefill = prefill_head(leader)
+        if on_prefill is not None and report.prefill is not None:
+            on_prefill(report.prefill)
+        _fan_out(leader, doc, questions, concurrency, report, sink, progress, on_step)
+    finally:
+        report.e2e_s = time.perf_counter() - started
+        if sink is not None:
+            sink.close()
+        leader.close()
+        agent.close()
+    return report
+
+
+def _fresh(path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("", encoding="utf-8")
+    return path
+
+
+def _fan_out(leader: Run, doc: Document, questions: Sequence[Question], concurrency: int, report: QAReport,
+             sink: JsonlSink | None, progress: bool, on_step: OnStep | None) -> None:  # fmt: skip
+    def one(index: int, question: Question) -> None:
+        result = answer_question(leader, index + 1, doc, question, on_step)
+        report.results.append(result)
+        if sink is not None:
+            sink.write(result.row)
+        advance()
+
+    with progress_bar(progress, f"QA {Path(doc.path).name}", len(questions)) as advance:
+        try:
+            if concurrency == 1:
+                for index, question in enumerate(questions):
+                    one(index, question)
+                return
+            with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="qa") as pool:
+                futures = [pool.submit(one, i, q) for i, q in enumerate(questions)]
+                try:
+                    for future in as_completed(futures):
+                        future.result()
+                except KeyboardInterrupt:
+                    for future in futures:
+                        future.cancel()
+                    raise
+        except KeyboardInterrupt:
+            report.interrupted = True
+
+
+# ---- the "longdoc" suite and the CLI ----------------------------------------------------------
+
+LONGDOC_SETS: tuple[tuple[str, str], ...] = (("needle/doc_2048_0.txt", "needle/questions_2048_0.jsonl"),)
+
+
+def run_longdoc_suite(backend: Backend, options: Any) -> Any:
+    """The eval's "longdoc" suite: the QA runner over a small bundled needle subset."""
+    from tasks import data_path
+    from tasks.questions import load_questions
+    from tasks.runner import with_cache
+    from tasks.suites import ItemOutcome, SuiteOutcome
+
+    backend = with_cache(backend, options.prefix_cache)
+    items: list[ItemOutcome] = []
+    started = time.perf_counter()
+    remaining = options.limit
+    for doc_name, questions_name in LONGDOC_SETS:
+        if remaining is not None and remaining <= 0:
+            break
+        doc = documents.load_document(data_path(doc_name))
+        questions = load_questions(data_path(questions_name))[:remaining]
+        report = run_qa(backend, doc, questions, concurrency=options.concurrency, progress=options.progress)
+        items += _items(report, ItemOutcome)
+        remaining = None if remaining is None else remaining - len(questions)
+    return SuiteOutcome("longdoc", items, time.perf_counter() - started)
+
+
+def _items(report: QAReport, item_type: Any) -> list[Any]:
+    items = []
+    for index, result in enumerate(
+        sorted(report.results, key=lambda r: r.records[0].branch if r.records else 0)
+    ):
+        steps = ([report.prefill] if index == 0 and report.prefill is not None else []) + result.records
+        row = result.row
+        items.append(item_type(row["id"], row["answer"], row.get("correct"), result.status, steps))
+    return items
+
+
+def main(argv: list[str]) -> int:
+    from tasks.qa_report import main as cli_main
+
+    return cli_main(argv)

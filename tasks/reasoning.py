@@ -1,0 +1,178 @@
+"""Reasoning with backtracking: word problems and puzzles, a calculator tool, a gold-checking verifier.
+
+Each problem is one agent run (greedy). The agent may call `calculator` (a safe arithmetic evaluator
+over Python's AST: numbers, + - * / // % **, parentheses, min/max/abs/round) any number of times;
+its final answer goes to a verifier that compares it with the gold answer and rejects a wrong one,
+so the run rolls back to its checkpoint with a note, reflects and tries again: the suite exercises
+tool calls, reflection and rollback, and therefore the cache's handling of abandoned branches.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import operator
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from agent import Agent, RunResult, Step, Tool, ToolError, tool
+from runtime.backends.base import Backend
+from tasks import prompts
+from tasks.questions import Question
+from tasks.runner import GREEDY, progress_bar, with_cache
+from tasks.scoring import contains_match, extract_number, numeric_match
+
+REASONING_MAX_STEPS = 8
+REASONING_MAX_NEW_TOKENS = 48
+DEFAULT_PROBLEMS = 6  # the suite's default size: each problem costs several model calls on 2 cores
+
+_BINARY: dict[type[ast.operator], Callable[[Any, Any], Any]] = {
+    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow,
+}  # fmt: skip
+_UNARY: dict[type[ast.unaryop], Callable[[Any], Any]] = {ast.USub: operator.neg, ast.UAdd: operator.pos}
+_FUNCTIONS: dict[str, Callable[..., Any]] = {"min": min, "max": max, "abs": abs, "round": round}
+MAX_EXPONENT = 64
+MAX_EXPRESSION = 200
+
+
+def evaluate(expression: str) -> int | float:
+    """Value of an arithmetic expression; raises ToolError for anything else (names, huge powers...)."""
+    if len(expression) > MAX_EXPRESSION:
+        raise ToolError(f"expression longer than {MAX_EXPRESSION} characters", "validation")
+    try:
+        tree = ast.parse(expression.strip().replace("^", "**").replace("×", "*"), mode="eval")
+    except SyntaxError as exc:
+        raise ToolError(f"not an arithmetic expression: {exc.msg}", "validation") from None
+    try:
+        value = _eval(tree.body)
+    except ZeroDivisionError:
+        raise ToolError("division by zero", "exception") from None
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+        return int(value)
+    return round(value, 10) if isinstance(value, float) else value
+
+
+def _eval(node: ast.AST) -> Any:
+    if (
+        isinstance(node, ast.Constant)
+        and isinstance(node.value, int | float)
+        and not isinstance(node.value, bool)
+    ):
+        return node.value
+    if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
+        left, right = _eval(node.left), _eval(node.right)
+        if isinstance(node.op, ast.Pow) and abs(right) > MAX_EXPONENT:
+            raise ToolError(f"exponent above {MAX_EXPONENT}", "validation")
+        return _BINARY[type(node.op)](left, right)
+    if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
+        return _UNARY[type(node.op)](_eval(node.operand))
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FUNCTIONS:
+        if node.keywords or not node.args:
+            raise ToolError(f"{node.func.id}() takes positional numbers", "validation")
+        return _FUNCTIONS[node.func.id](*(_eval(arg) for arg in node.args))
+    raise ToolError(
+        f"unsupported element {type(node).__name__} (only numbers and + - * / // % **)", "validation"
+    )
+
+
+def calculator_tool() -> Tool:
+    def calculator(expression: str) -> str:
+        """Evaluate one arithmetic expression and return its value.
+
+        Args:
+            expression: e.g. "12*24-150-18" or "(13*60+15)-(9*60+40)"
+        """
+        value = evaluate(expression)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ToolError("the result is not a finite number", "exception")
+        return str(value)
+
+    return tool(calculator, description=prompts.CALCULATOR_DOC)
+
+
+def is_correct(answer: str, golds: Sequence[str]) -> bool:
+    """Numeric golds: the last number of the answer equals one. Otherwise: a gold word is contained."""
+    for gold in golds:
+        if extract_number(gold) is not None and numeric_match(answer, gold):
+            return True
+        if extract_number(gold) is None and contains_match(answer, gold):
+            return True
+    return False
+
+
+def make_verifier(question: Question) -> Callable[[str], tuple[bool, str]]:
+    """Rejects a wrong final answer (the gold is known) without revealing the right one."""
+
+    def verify(answer: str) -> tuple[bool, str]:
+        if question.answer is None:
+            return True, "no gold answer to check against"
+        if is_correct(answer, question.answer):
+            return True, "correct"
+        return False, "the answer is wrong; recheck each step with the calculator"
+
+    return verify
+
+
+@dataclass(slots=True)
+class ProblemResult:
+    question: Question
+    result: RunResult
+    correct: bool | None
+    seconds: float
+
+
+def solve(backend: Backend, question: Question, *, max_steps: int = REASONING_MAX_STEPS,
+          on_step: Callable[[Question, Step], None] | None = None) -> ProblemResult:  # fmt: skip
+    """One problem: an agent run whose verifier knows the gold answer."""
+    agent = Agent(
+        backend, system=prompts.REASONING_SYSTEM, tools=[calculator_tool()], max_steps=max_steps,
+        reflect=True, verify=make_verifier(question), dead_end=False, max_backtracks=2,
+        sampling={**GREEDY, "max_new_tokens": REASONING_MAX_NEW_TOKENS},
+    )  # fmt: skip
+    started = time.perf_counter()
+    run = agent.start(prompts.REASONING_TASK.format(question=question.question))
+    try:
+        while not run.done:
+            step = run.step()
+            if on_step is not None:
+                on_step(question, step)
+    finally:
+        run.close()
+        agent.close()
+    result = run.result()
+    correct = (
+        None
+        if question.answer is None
+        else bool(result.answer and is_correct(result.answer, question.answer))
+    )
+    return ProblemResult(question, result, correct, time.perf_counter() - started)
+
+
+def load_problems(limit: int | None = None) -> list[Question]:
+    from tasks import data_path
+    from tasks.questions import load_questions
+
+    return load_questions(data_path("reasoning.jsonl"))[: limit or DEFAULT_PROBLEMS]
+
+
+def run_reasoning_suite(backend: Backend, options: Any) -> Any:
+    """The eval's "reasoning" suite: `options.limit` problems (default DEFAULT_PROBLEMS), in file order."""
+    from tasks.suites import ItemOutcome, SuiteOutcome
+
+    backend = with_cache(backend, options.prefix_cache)
+    problems = load_problems(options.limit)
+    items: list[ItemOutcome] = []
+    started = time.perf_counter()
+    with progress_bar(options.progress, "reasoning", len(problems)) as advance:
+        for question in problems:
+            res = solve(backend, question)
+            items.append(
+                ItemOutcome(
+                    question.id, res.result.answer, res.correct, res.result.status, list(res.result.trace)
+                )
+            )
+            advance()
+    return SuiteOutcome("reasoning", items, time.perf_counter() - started)

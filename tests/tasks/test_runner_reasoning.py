@@ -1,0 +1,91 @@
+"""The reasoning suite: the safe calculator, answer checking, the verifier's rollback, one real run."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from agent import ToolError
+from runtime.backends.base import Backend, Completion
+from runtime.errors import BackendError
+from tasks.questions import Question
+from tasks.reasoning import calculator_tool, evaluate, is_correct, solve
+
+
+class ScriptedBackend(Backend):
+    """Text-mode fake replaying `outputs` in order."""
+
+    name = "scripted"
+
+    def __init__(self, outputs: list[str]) -> None:
+        self.outputs = list(outputs)
+        self.params: list[dict[str, Any]] = []
+
+    def generate(self, prompt=None, input_ids=None, sampling_params=None, **kwargs: Any) -> Completion:
+        self.params.append(dict(sampling_params or {}))
+        text = self.outputs.pop(0)
+        return Completion(text, [], len(prompt or "") // 4, 0, 5, "stop", 0.01, 0.02)
+
+    def tokenize(self, text: str) -> list[int]:
+        raise BackendError("no tokenizer")
+
+
+@pytest.mark.parametrize(
+    ("expression", "value"),
+    [
+        ("12*24-150-18", 120),
+        ("(13*60+15)-(9*60+40)", 215),
+        ("2**10%7", 2),
+        ("1/(1/6+1/12)", 4),
+        ("max(3, 7)-abs(-2)", 5),
+    ],
+)
+def test_calculator_evaluates_arithmetic(expression: str, value: float) -> None:
+    assert evaluate(expression) == value
+    assert calculator_tool().invoke({"expression": expression}).result == str(value)
+
+
+@pytest.mark.parametrize(
+    "expression", ["__import__('os')", "x + 1", "9**999", "1/0", "[1, 2]", "(1).real", "2 +"]
+)
+def test_calculator_refuses_anything_else(expression: str) -> None:
+    with pytest.raises(ToolError):
+        evaluate(expression)
+    assert not calculator_tool().invoke({"expression": expression}).ok
+
+
+def test_is_correct_numbers_and_names() -> None:
+    assert is_correct("The answer is 120.", ["120"]) and not is_correct("1200", ["120"])
+    assert is_correct("Carol owns the cat", ["Carol"]) and not is_correct("Alice", ["Carol"])
+
+
+def test_wrong_answer_is_rejected_then_rolled_back() -> None:
+    outputs = [
+        '{"tool":"calculator","arguments":{"expression":"12*24-150"}}',
+        '{"answer":"138"}',  # wrong: the verifier rejects it and the run rolls back
+        '{"tool":"calculator","arguments":{"expression":"12*24-150-18"}}',
+        '{"answer":"120"}',
+    ]
+    backend = ScriptedBackend(outputs)
+    question = Question(id="r1", question="A baker makes 12 trays of 24 cookies...", answer=["120"])
+    res = solve(backend, question, max_steps=6)
+    assert res.correct is True and res.result.status == "answered"
+    kinds = [r.kind for r in res.result.trace]
+    assert kinds == ["act", "answer", "backtrack", "answer"]
+    assert [s.abandoned for s in res.result.steps] == [True, True, False, False]
+    assert all(p["temperature"] == 0.0 for p in backend.params)
+
+
+@pytest.mark.slow
+def test_reasoning_end_to_end_on_the_engine(engine: Any) -> None:
+    from runtime.backends.embedded import EmbeddedBackend
+
+    question = Question(
+        id="r9", question="What is the remainder when 2 to the power of 10 is divided by 7?", answer=["2"]
+    )
+    res = solve(EmbeddedBackend(engine), question, max_steps=2)
+    assert res.result.status in {"answered", "max_steps", "rejected"}
+    assert 1 <= len(res.result.trace) <= 2 and res.correct in (True, False)
+    assert all(r.prefix_break is None for r in res.result.trace)
+    engine.check_integrity()
