@@ -8,6 +8,9 @@ import torch
 
 from runtime.errors import InvalidRequest
 
+#: temperatures below this sample greedily, as in SGLang (logits / 1e-320 would be inf)
+SAMPLING_EPS = 1e-6
+
 
 @dataclass(frozen=True, slots=True)
 class SamplingParams:
@@ -44,7 +47,8 @@ class SamplingParams:
 
     @property
     def greedy(self) -> bool:
-        return self.temperature == 0 or self.top_k == 1
+        """Below SGLang's sampling epsilon a temperature is greedy (dividing by it overflows)."""
+        return self.temperature < SAMPLING_EPS or self.top_k == 1
 
     @classmethod
     def from_dict(cls, params: dict | SamplingParams | None) -> SamplingParams:

@@ -9,6 +9,7 @@ from fastapi import FastAPI
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from runtime.server.args import ServerArgs
+from runtime.server.debug import debug_router
 from runtime.server.errors import error_response, install_handlers
 from runtime.server.native import VERSION, native_router
 from runtime.server.openai_api import openai_router
@@ -27,6 +28,8 @@ def create_app(engine: Any, server_args: ServerArgs | None = None) -> FastAPI:
     install_handlers(app)
     app.include_router(native_router(state))
     app.include_router(openai_router(state))
+    if args.enable_debug_endpoints:
+        app.include_router(debug_router(state))
     if args.api_key is not None:
         app.add_middleware(ApiKeyMiddleware, api_key=args.api_key)
     return app

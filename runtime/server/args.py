@@ -19,6 +19,8 @@ class ServerArgs:
     api_key: str | None = None
     enable_metrics: bool = False
     require_cache_salt: bool = False
+    #: serve GET /debug/integrity (runs the engine's integrity check; for tests and soak runs)
+    enable_debug_endpoints: bool = False
     served_model_name: str | None = None
     log_level: str = "info"
     #: worker threads for blocking engine calls (each in-flight request or stream step holds one)
@@ -42,6 +44,7 @@ class ServerArgs:
             "api_key_set": self.api_key is not None,
             "enable_metrics": self.enable_metrics,
             "require_cache_salt": self.require_cache_salt,
+            "enable_debug_endpoints": self.enable_debug_endpoints,
             "served_model_name": self.served_model_name,
             "log_level": self.log_level,
         }
@@ -68,6 +71,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--require-cache-salt", action="store_true", help="reject generation requests without cache_salt"
     )
     p.add_argument("--enable-metrics", action="store_true", help="serve Prometheus metrics at /metrics")
+    p.add_argument(
+        "--enable-debug-endpoints",
+        action="store_true",
+        help="serve GET /debug/integrity (cache invariants and lock counts; not for untrusted clients)",
+    )
     p.add_argument("--log-level", default="info", choices=LOG_LEVELS)
     return p
 
@@ -102,6 +110,7 @@ def server_args(ns: argparse.Namespace) -> ServerArgs:
         api_key=ns.api_key,
         enable_metrics=ns.enable_metrics,
         require_cache_salt=ns.require_cache_salt,
+        enable_debug_endpoints=ns.enable_debug_endpoints,
         served_model_name=ns.served_model_name,
         log_level=ns.log_level,
     )

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import signal
 import sys
+from types import FrameType
 
 from runtime.server.args import build_parser, engine_config, server_args
 
@@ -27,6 +29,10 @@ def main(argv: list[str]) -> int:
     except ValueError as exc:
         print(f"radixagent serve: {exc}", file=sys.stderr)
         return 2
+    # uvicorn drains on SIGTERM, restores the previous handler and re-raises the signal; with this
+    # handler the re-raise unwinds to the `finally` below (engine shut down, exit 0) instead of
+    # killing the process.
+    signal.signal(signal.SIGTERM, _exit_cleanly)
     try:
         app = create_app(engine, args)
         uvicorn.run(
@@ -35,6 +41,10 @@ def main(argv: list[str]) -> int:
     finally:
         engine.shutdown()
     return 0
+
+
+def _exit_cleanly(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(0)
 
 
 if __name__ == "__main__":

@@ -33,7 +33,8 @@ VERSION = "0.1.0"
 def native_router(state: ServerState) -> APIRouter:
     r = APIRouter()
 
-    @r.api_route("/generate", methods=["POST", "PUT"])
+    @r.post("/generate")
+    @r.put("/generate")
     async def generate(req: GenerateRequest) -> Response:
         if req.wants_logprobs:
             raise ApiError(400, "return_logprob: logprobs are not supported by this server")
@@ -70,24 +71,34 @@ def native_router(state: ServerState) -> APIRouter:
         return {
             "version": VERSION,
             **state.args.public_dict(),
+            **_router_fields(state, stats),
             "engine_config": _config_dict(state.engine),
             "model_info": _model_info(state),
             "cache_stats": stats,
         }
 
-    @r.api_route("/flush_cache", methods=["GET", "POST"])
+    @r.get("/get_load")
+    async def get_load() -> list[dict[str, Any]]:
+        """SGLang's per-DP-rank load (one rank here); sglang-router reads `num_tokens`."""
+        stats = await state.bridge.call(state.engine.get_cache_stats)
+        return [_load(stats)]
+
+    @r.post("/flush_cache")
+    @r.get("/flush_cache")
     async def flush_cache() -> Response:
         if await state.bridge.call(state.engine.flush_cache):
             return PlainTextResponse("Cache flushed.\n")
         raise ApiError(400, "Cache not flushed: requests are running or waiting.")
 
-    @r.api_route("/open_session", methods=["GET", "POST"])
+    @r.post("/open_session")
+    @r.get("/open_session")
     async def open_session(req: OpenSessionRequest) -> str:
         session_id = req.session_id or uuid.uuid4().hex
         await state.bridge.call(state.engine.session_event, session_id, "open")
         return session_id
 
-    @r.api_route("/close_session", methods=["GET", "POST"])
+    @r.post("/close_session")
+    @r.get("/close_session")
     async def close_session(req: CloseSessionRequest) -> Response:
         await state.bridge.call(state.engine.session_event, req.session_id, "close")
         return Response(status_code=200)
@@ -156,11 +167,42 @@ def _model_info(state: ServerState) -> dict[str, Any]:
         "model_path": state.model_path,
         "tokenizer_path": info.get("tokenizer_path", state.model_path),
         "served_model_name": state.model_name,
+        "model_type": info.get("model_type", info.get("architecture")),
+        "architectures": info.get("architectures") or _architectures(info.get("architecture")),
         "is_generation": True,
         "preferred_sampling_params": None,
         "weight_version": "default",
         "has_image_understanding": False,
         "has_audio_understanding": False,
+    }
+
+
+def _architectures(arch: Any) -> list[str] | None:
+    """HF-style class names (SGLang's /model_info field) from a GGUF architecture name like "llama"."""
+    return [f"{str(arch).capitalize()}ForCausalLM"] if arch else None
+
+
+def _router_fields(state: ServerState, stats: dict[str, Any]) -> dict[str, Any]:
+    """Top-level keys of SGLang's /server_info that sglang-router reads to label a worker."""
+    config = getattr(state.engine, "config", None)
+    return {
+        "model_path": state.model_path,
+        "served_model_name": state.model_name,
+        "dp_size": 1,
+        "max_total_tokens": stats.get("pool_capacity_tokens"),
+        "max_running_requests": getattr(config, "max_running_requests", None),
+        "load": _load(stats),
+    }
+
+
+def _load(stats: dict[str, Any]) -> dict[str, Any]:
+    """SGLang's /get_load entry: requests running + queued, queued, KV tokens in use."""
+    waiting = int(stats.get("queue_depth", 0))
+    return {
+        "dp_rank": 0,
+        "num_reqs": int(stats.get("running", 0)) + waiting,
+        "num_waiting_reqs": waiting,
+        "num_tokens": int(stats.get("tokens_in_use", 0)),
     }
 
 

@@ -12,7 +12,46 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-_STRICT = ConfigDict(strict=True, extra="ignore")
+#: strict types; NaN and ±Infinity (which Python's JSON parser reads) are not numbers here
+_STRICT = ConfigDict(strict=True, extra="ignore", allow_inf_nan=False)
+
+
+#: the seed range torch's generators take
+SEED = Field(default=None, ge=-(2**63), le=2**64 - 1)
+
+
+def has_lone_surrogate(value: Any) -> bool:
+    """True when a string anywhere in `value` (keys too) holds a lone UTF-16 surrogate: valid JSON
+    (`"\\ud800"`) but not Unicode, so no tokenizer or UTF-8 response could carry it. Iterative, so
+    deep nesting cannot overflow the stack."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if not item.isascii():
+                try:
+                    item.encode("utf-8")
+                except UnicodeEncodeError:
+                    return True
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
+
+
+class _Request(BaseModel):
+    """Base of every request body: strict types, unknown fields ignored, Unicode checked once."""
+
+    model_config = _STRICT
+
+    @model_validator(mode="before")
+    @classmethod
+    def _valid_unicode(cls, data: Any) -> Any:
+        if has_lone_surrogate(data):
+            raise ValueError("invalid Unicode: a string holds a lone surrogate (\\ud800-\\udfff)")
+        return data
 
 
 class SamplingParamsIn(BaseModel):
@@ -23,7 +62,7 @@ class SamplingParamsIn(BaseModel):
     and passed on in `SamplingParams.extra`; the embedded engine does not apply them.
     """
 
-    model_config = ConfigDict(strict=True, extra="forbid")
+    model_config = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
 
     max_new_tokens: int | None = Field(default=None, ge=0)
     temperature: float | None = Field(default=None, ge=0)
@@ -35,8 +74,8 @@ class SamplingParamsIn(BaseModel):
     ignore_eos: bool | None = None
     json_schema: str | None = None
     regex: str | None = None
-    seed: int | None = None
-    sampling_seed: int | None = None
+    seed: int | None = SEED
+    sampling_seed: int | None = SEED
     skip_special_tokens: bool | None = None
     n: int | None = Field(default=None, ge=1, le=1)
     # accepted from SGLang clients, not applied by the embedded engine
@@ -72,10 +111,8 @@ class SamplingParamsIn(BaseModel):
         return params
 
 
-class GenerateRequest(BaseModel):
+class GenerateRequest(_Request):
     """POST /generate (SGLang native)."""
-
-    model_config = _STRICT
 
     text: str | list[str] | None = None
     input_ids: list[int] | list[list[int]] | None = None
@@ -119,7 +156,7 @@ class StreamOptions(BaseModel):
 
 
 class JsonSchemaFormat(BaseModel):
-    model_config = ConfigDict(strict=True, extra="ignore", populate_by_name=True)
+    model_config = ConfigDict(strict=True, extra="ignore", populate_by_name=True, allow_inf_nan=False)
 
     name: str | None = None
     schema_: dict[str, Any] | None = Field(default=None, alias="schema")
@@ -143,10 +180,8 @@ class ResponseFormat(BaseModel):
         return None
 
 
-class _OpenAIBase(BaseModel):
+class _OpenAIBase(_Request):
     """Fields shared by /v1/completions and /v1/chat/completions (OpenAI + SGLang extensions)."""
-
-    model_config = _STRICT
 
     model: str | None = None
     temperature: float | None = Field(default=None, ge=0, le=2)
@@ -155,7 +190,7 @@ class _OpenAIBase(BaseModel):
     stream: bool = False
     stream_options: StreamOptions | None = None
     stop: str | list[str] | None = None
-    seed: int | None = None
+    seed: int | None = SEED
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
     logprobs: bool | int | None = None
@@ -213,7 +248,7 @@ class CompletionRequest(_OpenAIBase):
 
 
 class ChatMessage(BaseModel):
-    model_config = ConfigDict(strict=True, extra="allow")
+    model_config = ConfigDict(strict=True, extra="allow", allow_inf_nan=False)
 
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[dict[str, Any]] | None = None
@@ -237,43 +272,39 @@ class ChatCompletionRequest(_OpenAIBase):
         return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
 
 
-class OpenSessionRequest(BaseModel):
-    model_config = _STRICT
-
+class OpenSessionRequest(_Request):
     capacity_of_str_len: int | None = Field(default=None, ge=0)
     session_id: str | None = None
 
 
-class CloseSessionRequest(BaseModel):
-    model_config = _STRICT
-
+class CloseSessionRequest(_Request):
     session_id: str
 
 
-class SessionEventRequest(BaseModel):
-    """POST /session_event: `{session_id, event, ...info}`; extra fields go to the engine as `**info`."""
-
-    model_config = ConfigDict(strict=True, extra="allow")
+class SessionEventRequest(_Request):
+    """POST /session_event: `{session_id, event, ...info}`. The info fields the session registry reads
+    are typed (a wrong type is a 400); other keys are ignored, never passed on to the engine."""
 
     session_id: str
     event: Literal["open", "tool_wait", "resume", "abandon", "close"]
+    expected_s: float | None = Field(default=None, ge=0)
+    tool: str | None = None
+    input_ids: list[int] | None = None
+    keep: int | None = Field(default=None, ge=0)
+    cache_salt: str | None = None
 
     @property
     def info(self) -> dict[str, Any]:
-        return dict(self.model_extra or {})
+        return self.model_dump(exclude_none=True, exclude={"session_id", "event"})
 
 
-class TokenizeRequest(BaseModel):
-    model_config = _STRICT
-
+class TokenizeRequest(_Request):
     model: str | None = None
     prompt: str | list[str]
     add_special_tokens: bool = True
 
 
-class DetokenizeRequest(BaseModel):
-    model_config = _STRICT
-
+class DetokenizeRequest(_Request):
     model: str | None = None
     tokens: list[int] | list[list[int]]
     skip_special_tokens: bool = True
