@@ -7,7 +7,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup demo test lint bench bench-gpu test-sglang clean
+.PHONY: setup demo test lint bench bench-peers-setup bench-gpu test-sglang stress clean
 
 setup: $(STAMP)
 
@@ -29,11 +29,19 @@ test: $(STAMP)
 lint: $(STAMP)
 	.venv/bin/ruff check .
 
+# Engine micro-benchmarks, peers (llama.cpp only after bench-peers-setup) and a reduced
+# cached-vs-uncached eval of the agent suites; writes docs/benchmarks.md.
 bench: $(STAMP)
 	$(PY) -m evals.bench --out docs/benchmarks.md
 
-bench-gpu: $(STAMP)
-	$(PY) -m evals.bench_gpu
+# llama.cpp for the peer comparison, in its own venv: never a project dependency (~7 min build).
+bench-peers-setup:
+	test -x .bench-env/bin/python || python3 -m venv .bench-env
+	CMAKE_ARGS="-DGGML_NATIVE=ON" CMAKE_BUILD_PARALLEL_LEVEL=2 .bench-env/bin/pip install llama-cpp-python==0.3.36
+
+# On a GPU host with torch already installed: the host's python, not the CPU venv.
+bench-gpu:
+	python3 -m evals.bench_gpu
 
 test-sglang: $(STAMP)
 	bash tests/sglang/run.sh

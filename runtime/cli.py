@@ -41,6 +41,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"radixagent: unknown command {name!r}\n\n{usage()}", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    from runtime.env import offline_hub
+
+    offline_hub()  # before any library imports tqdm or transformers
     try:
         module = importlib.import_module(COMMANDS[name][0])
     except ModuleNotFoundError as exc:

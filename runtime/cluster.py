@@ -211,7 +211,7 @@ class Cluster:
             sys.executable, "-m", ROUTER_MODULE, "--host", self.config.host, "--port", str(port),
             "--worker-urls", *self.worker_urls, *POLICIES[self.config.policy],
             "--prometheus-host", self.config.host, "--prometheus-port", str(free_port(self.config.host)),
-            "--health-check-interval-secs", "5", "--health-failure-threshold", "2",
+            "--health-check-interval-secs", "1", "--health-failure-threshold", "2",
             "--shutdown-grace-period-secs", "2", "--log-level", "warn", *self.config.router_args,
         ]  # fmt: skip
 

@@ -1,13 +1,13 @@
-"""The engine's frozen configuration, and the one place that reads environment variables."""
+"""The engine's frozen configuration."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import psutil
 
 from runtime.cache.policies import POLICIES
+from runtime.env import env_flag, env_str, offline_hub  # noqa: F401  (re-exported)
 
 DTYPES = ("float32", "bfloat16", "float16")
 
@@ -69,19 +69,3 @@ def check_pool_fits(tokens: int, bytes_per_token: int) -> None:
             f"a KV pool of {tokens} tokens needs {need / 2**30:.1f} GiB but only "
             f"{have / 2**30:.1f} GiB is available: lower max_total_tokens"
         )
-
-
-def env_flag(name: str, default: bool = False) -> bool:
-    value = os.environ.get(name)
-    return default if value is None else value.lower() in ("1", "true", "yes", "on")
-
-
-def env_str(name: str) -> str | None:
-    return os.environ.get(name) or None
-
-
-def offline_hub() -> None:
-    """Nothing may download weights at run time: pin the HF hub offline before transformers loads."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

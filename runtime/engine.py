@@ -50,6 +50,17 @@ class Engine:
                     loaded.hf_config.model_type)
         return HFModel(loaded.hf_model, dtype, device)
 
+    @classmethod
+    def from_model(cls, model: LlamaModel | HFModel, tokenizer: Any, name: str, eos_ids: set[int] | None = None,
+                   **config: Any) -> Engine:
+        """An engine around weights built elsewhere (e.g. seeded random weights for GPU timing,
+        where no model file can be brought). `tokenizer` needs `decode`; prompts then come as ids."""
+        dtype = next(k for k, v in DTYPES.items() if v == model.dtype)
+        engine = object.__new__(cls)
+        engine.config = EngineConfig(device=str(model.device), dtype=dtype, served_model_name=name, **config)
+        engine._assemble(model, tokenizer, f"built:{name}", name, set(eos_ids or ()))
+        return engine
+
     def sibling(self, **overrides: Any) -> Engine:
         """A second engine over the same weights with its own pool, cache and config overrides
         (e.g. the uncached baseline: `engine.sibling(disable_radix_cache=True)`). No reload."""

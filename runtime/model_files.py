@@ -37,6 +37,12 @@ def default_model_path() -> str:
 def load(model_path: str | None, dtype: torch.dtype) -> LoadedModel:
     offline_hub()
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    # Its per-tensor progress bars and the (wrong, on this path) "weights stay quantized"
+    # warning would bury our own output; the engine logs its own start-up line.
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
 
     path = Path(model_path or default_model_path())
     if not path.exists():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, fields
 
 import torch
@@ -33,6 +34,9 @@ class SamplingParams:
     def __post_init__(self) -> None:
         checks = [
             (self.max_new_tokens >= 0, "max_new_tokens must be >= 0"),
+            (all(math.isfinite(x) for x in (self.temperature, self.top_p, self.min_p)),
+             "temperature, top_p and min_p must be finite"),
+            (self.seed is None or -(2**63) <= self.seed < 2**64, "seed must fit in 64 bits"),
             (self.temperature >= 0, "temperature must be >= 0"),
             (0 < self.top_p <= 1, "top_p must be in (0, 1]"),
             (self.top_k == -1 or self.top_k >= 1, "top_k must be -1 (off) or >= 1"),

@@ -102,9 +102,15 @@ class Scheduler:
         logits = self.model.forward(segments).cpu()  # sampling, grammar masks and RNGs live on the CPU
         now = time.perf_counter()
         for row, req in enumerate(fed):
-            if req.prefilled:
+            if not req.prefilled:
+                continue
+            try:
                 self._on_prefilled(req)
                 self._emit_token(req, logits[row], now)
+            except Exception as exc:  # one request's sampler or grammar failing fails that request only
+                log.exception("request %s failed", req.rid)
+                req.error = exc
+                self._finish(req, {"type": "abort", "message": str(exc)})
 
     def _footprint(self, req: Request) -> int:
         return len(req.input_ids) + req.params.max_new_tokens

@@ -5,11 +5,20 @@ runtime.sglang_plugin:register`; SGLang loads it before parsing its CLI and in e
 process. Nothing from sglang is imported at module import time, so this module imports (and its
 tests run) without sglang installed.
 
-Inside SGLang the policy sees SGLang's TreeNode (no `sessions` set). It uses, in order: the
-policy's side table `node_sessions` (node id -> session ids, for callers that fill it), then
-SGLang's own per-node session reference count when the server runs with
-`--enable-session-radix-cache` (nodes still referenced by an open session are live, shared in
-proportion to the count), and otherwise last_access_time: with no session facts it is LRU.
+Inside SGLang the policy sees SGLang's tree nodes (no `sessions` set). Verified against the
+installed sglang 0.5.23 source (sglang/srt/mem_cache/unified_cache/): the server's tree is
+`UnifiedRadixCache`; a node's per-component state is `node.component_data[ComponentType.FULL]`
+(a `ComponentData` with `lock_ref`, `session_ref: int`, `session_ids: set | None`), and with
+`--enable-session-radix-cache` `session_ref` counts the open sessions whose latest insert runs
+through the node (leaf to root; closing a session decrements it). `node.last_access_time` there is
+a global logical counter (+1 per touch), not seconds; the older `RadixCache` uses time.monotonic().
+The FULL component already orders candidates by `(session_ref > 0, session_ref, get_priority(node))`
+when session radix cache is on, so referenced nodes leave last whatever the policy says.
+
+The policy uses, in order: the side table `node_sessions` (node id -> session ids, for callers
+that fill it), then that session reference count (nodes referenced by open sessions are live,
+shared in proportion to the count; unreferenced ones, such as a closed session's, go first), and
+otherwise recency in the node's own clock: with no session facts it is exactly LRU.
 
 `main(argv)` is `radixagent launch-sglang -- <sglang args>`.
 """
@@ -26,8 +35,9 @@ from runtime.cache.session_policy import LIVE, SessionPolicy
 POLICY_NAME = "session"
 # Where SGLang 0.5.x keeps the pieces (searched in order; layouts moved between releases).
 _FACTORY_MODULES = ("sglang.srt.mem_cache.utils", "sglang.srt.mem_cache.evict_policy")
-_CHOICE_MODULES = ("sglang.srt.server_args", "sglang.srt.arg_groups.choices", "sglang.srt.server_args.arg_groups.choices")
-_SESSION_REF_FIELDS = ("session_ref", "session_ref_count", "session_refs")
+_CHOICE_MODULES = ("sglang.srt.arg_groups.choices", "sglang.srt.server_args")
+_FULL = 0  # sglang.srt.mem_cache.unified_cache.component_type.ComponentType.FULL (an int enum)
+_COUNTER_MODULE = "sglang.srt.mem_cache.unified_cache.components.base"
 
 
 class SGLangSessionPolicy(SessionPolicy):
@@ -35,21 +45,32 @@ class SGLangSessionPolicy(SessionPolicy):
 
     def get_priority(self, node: object) -> tuple[int, float]:
         if getattr(node, "sessions", None) is None and getattr(node, "id", -1) not in self.node_sessions:
+            now = _node_clock_now(node, self.clock)
+            age = max(0.0, now - node.last_access_time)  # type: ignore[attr-defined]
             refs = _session_refs(node)
             if refs:
-                gap = max(0.0, self.clock() - node.last_access_time)  # type: ignore[attr-defined]
-                return (LIVE, -gap / (1.0 + self.share_weight * (refs - 1)))
+                return (LIVE, -age / (1.0 + self.share_weight * (refs - 1)))
+            return (LIVE, -age)  # LRU, in the node's own clock
         return super().get_priority(node)
 
 
 def _session_refs(node: object) -> int:
-    for name in _SESSION_REF_FIELDS:
-        value = getattr(node, name, None)
-        if isinstance(value, int):
-            return value
-        if isinstance(value, (set, dict, list)):
-            return len(value)
-    return 0
+    """Open sessions referencing the node: SGLang 0.5.23's `component_data[FULL].session_ref`
+    (a plain `session_ref` attribute is accepted for older or test trees)."""
+    data = getattr(node, "component_data", None)
+    if data:
+        return int(getattr(data[_FULL], "session_ref", 0) or 0)
+    value = getattr(node, "session_ref", 0)
+    return value if isinstance(value, int) else 0
+
+
+def _node_clock_now(node: object, clock) -> float:
+    """'Now' in the unit of `node.last_access_time`: the unified tree's logical counter, else seconds."""
+    if getattr(node, "component_data", None) is None:
+        return clock()
+    counter = sys.modules.get(_COUNTER_MODULE)
+    now = getattr(counter, "_LAST_ACCESS_TIME_COUNTER_FLOAT", None)
+    return float(now) if now is not None else float(node.last_access_time)  # type: ignore[attr-defined]
 
 
 def make_strategy(**config: object) -> SGLangSessionPolicy:

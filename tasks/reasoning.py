@@ -128,7 +128,7 @@ def solve(backend: Backend, question: Question, *, max_steps: int = REASONING_MA
           on_step: Callable[[Question, Step], None] | None = None) -> ProblemResult:  # fmt: skip
     """One problem: an agent run whose verifier knows the gold answer."""
     agent = Agent(
-        backend, system=prompts.REASONING_SYSTEM, tools=[calculator_tool()], max_steps=max_steps,
+        backend, system=prompts.REASONING_SYSTEM + prompts.REASONING_EXAMPLES, tools=[calculator_tool()], max_steps=max_steps,
         reflect=True, verify=make_verifier(question), dead_end=False, max_backtracks=2,
         sampling={**GREEDY, "max_new_tokens": REASONING_MAX_NEW_TOKENS},
     )  # fmt: skip

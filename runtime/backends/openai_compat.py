@@ -75,7 +75,7 @@ class OpenAIBackend(Backend):
         started = time.perf_counter()
         first: float | None = None
         parts: list[str] = []
-        finish, usage, request_id = "stop", None, ""
+        finish, usage, request_id = None, None, ""
         stream = self.client.completions.create(
             model=model, prompt=prompt, stream=True, stream_options={"include_usage": True}, **kwargs
         )
@@ -88,6 +88,8 @@ class OpenAIBackend(Backend):
                         first = first if first is not None else time.perf_counter() - started
                         parts.append(choice.text)
                     finish = choice.finish_reason or finish
+        if finish is None:  # the stream closed before the choice's last chunk: not an answer
+            raise BackendError(f"{self.base_url}: stream ended before its final chunk", retryable=True)
         latency = time.perf_counter() - started
         return _completion(
             "".join(parts), usage, finish, first if first is not None else latency, latency, request_id

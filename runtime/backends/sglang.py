@@ -104,8 +104,10 @@ class SGLangBackend(Backend):
                     last = event
         except httpx.HTTPError as exc:
             raise transport_error(exc, self._url("/generate")) from exc
-        if last is None:
-            raise BackendError("stream ended without a result", status=None, retryable=True)
+        if last is None or not (last.get("meta_info") or {}).get("finish_reason"):
+            # the connection closed before the final chunk (which carries finish_reason): a
+            # partial text is not an answer
+            raise BackendError("stream ended before its final chunk", status=None, retryable=True)
         latency = time.perf_counter() - started
         return completion_from_output(last, latency, ttft_s=first if first is not None else latency)
 

@@ -1,0 +1,61 @@
+"""`make bench` and `make bench-gpu` at tiny sizes: the measurement functions run and the results
+have the shape docs/bench-results.json and the report rely on (numbers are not checked)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from evals import bench, bench_gpu
+from evals.peers.report import render_report
+
+pytestmark = pytest.mark.slow
+
+REUSE_KEYS = {"engine", "shared_prefix_tokens", "prompt_tokens", "ttft_cold_s", "ttft_cached_s", "ttft_cold_p50_s",
+              "ttft_cached_p50_s", "cached_tokens", "speedup_ttft", "prefill_tok_s", "decode_tok_s",
+              "decode_context_tokens", "decode_tokens", "outputs_identical"}
+THROUGHPUT_KEYS = {"sessions", "prompt_tokens", "completion_tokens", "cached_tokens", "decode_tok_s",
+                   "output_tok_s", "ttft_p50_s", "ttft_p95_s", "wall_s"}
+HIT_KEYS = {"engine", "sessions", "rounds", "requests", "prompt_tokens", "cached_tokens", "hit_rate",
+            "ttft_later_rounds_p50_s"}
+
+
+def test_bench_sections_on_the_engine(engine):
+    cfg = replace(bench.QUICK, peers=False)
+    results = bench.run_bench(engine, cfg, say=lambda msg: None)
+    json.dumps(results)  # the results file is plain JSON
+    reuse = results["prefix_reuse"]
+    assert set(reuse) == REUSE_KEYS
+    assert reuse["outputs_identical"] == 1.0  # fp32: cached and cold greedy outputs match
+    assert min(reuse["cached_tokens"]) >= reuse["shared_prefix_tokens"]
+    rows = results["throughput"]["rows"]
+    assert [r["sessions"] for r in rows] == list(cfg.sessions)
+    assert all(set(r) == THROUGHPUT_KEYS and r["completion_tokens"] == r["sessions"] * cfg.session_new_tokens
+               for r in rows)
+    assert "decode_2_over_1" in results["throughput"]
+    hits = results["multi_session"]["radixagent"]
+    assert set(hits) == HIT_KEYS and hits["requests"] == cfg.hit_docs * 2 and hits["hit_rate"] > 0.3
+    assert results["ratios"]["cached_ttft_vs_llama_cpp"] is None  # peers off: no ratio, no made-up number
+    text = render_report(results)
+    assert "## Ratios and targets" in text and "| radixagent (ours) |" in text
+    engine.check_integrity()
+
+
+def test_bench_gpu_tiny_runs_on_cpu(tmp_path, monkeypatch):
+    monkeypatch.setenv("OUT", str(tmp_path))
+    assert bench_gpu.main(["--device", "cpu", "--tiny"]) == 0
+    summary = json.loads((tmp_path / "gpu.json").read_text())
+    (model,) = summary["models"]
+    assert model["name"] == "tiny" and set(model["prefix_reuse"]) == REUSE_KEYS
+    assert model["prefix_reuse"]["outputs_identical"] == 1.0
+    assert [r["sessions"] for r in model["throughput"]["rows"]] == [1, 4]
+    assert "## GPU figures" in "\n".join(bench_gpu.gpu_markdown(summary))
+
+
+def test_llama_cpp_peer_without_its_env_says_how_to_set_it_up(tmp_path):
+    from evals.peers.llamacpp import LlamaCppRunner, PeerUnavailable
+
+    with pytest.raises(PeerUnavailable, match="pip install llama-cpp-python"):
+        LlamaCppRunner("model.gguf", env=tmp_path)
