@@ -29,6 +29,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--steps", type=_csv(int), default=None, help="MIN,MAX steps per session (override)")
     p.add_argument("--out", type=Path, default=Path("out/eviction"))
     p.add_argument("--quick", action="store_true", help="small grid (8 and 64 sessions, 3 budgets)")
+    p.add_argument("--real", action="store_true",
+                   help="instead: the small `agents` run on the embedded engine with the real model "
+                        "(evals/eviction/real.py; --sessions N and --budgets F take their first value)")
     return p.parse_args(argv)
 
 
@@ -52,6 +55,8 @@ def main(argv: list[str]) -> int:
     from rich.progress import Progress
 
     args = parse(argv)
+    if args.real:
+        return _real(args)
     console = Console(stderr=True)
     try:
         cfg = config_from(args)
@@ -69,6 +74,19 @@ def main(argv: list[str]) -> int:
     console.print(f"{len(results['rows'])} rows in {wall:.1f} s -> {args.out / 'results.json'}, "
                   f"{len(paths)} report files")
     return 0
+
+
+def _real(args: argparse.Namespace) -> int:
+    from evals.eviction import real
+
+    forwarded = ["--out", str(args.out)]
+    if args.sessions:
+        forwarded += ["--sessions", str(args.sessions[0])]
+    if args.budgets:
+        forwarded += ["--budget", str(args.budgets[0])]
+    if args.policies:
+        forwarded += ["--policies", ",".join(args.policies)]
+    return real.main(forwarded)
 
 
 if __name__ == "__main__":

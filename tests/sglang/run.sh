@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# `make test-sglang` (optional, not part of `make test`): the session policy inside a real SGLang
+# 0.5.23 server on this CPU. Test-only setup per shared/notes/sglang.md:
+#   - a separate venv (.sglang-venv/, never the product's): torch 2.13.0 from the local CPU wheel
+#     (pip never resolves torch: a constraint pins it), sglang==0.5.23 --no-deps, and the minimum
+#     packages its CPU server imports; import stand-ins for sgl_kernel and torchvision written
+#     into that venv only (tests/sglang/make_stubs.py); this project installed --no-deps so the
+#     `sglang.srt.plugins` entry point is registered;
+#   - the bundled GGUF re-saved as an HF safetensors folder (SGLang cannot load the GGUF path);
+#   - `radixagent launch-sglang` with SGLANG_USE_CPU_ENGINE=1 and a small --max-total-tokens on
+#     127.0.0.1:<free port>; then tests/sglang/test_real_sglang.py (server checks + the agent
+#     behaviour suite through runtime.connect(url)) from the product venv. The server is always stopped.
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+cd "$ROOT"
+V="${SGLANG_VENV:-$ROOT/.sglang-venv}"
+TORCH_WHL="${TORCH_WHEEL:-$(ls /opt/wheels/torch-2.13.0+cpu-*.whl 2>/dev/null | head -1)}"
+MAX_TOTAL_TOKENS="${SGLANG_MAX_TOTAL_TOKENS:-1024}"
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+
+setup_venv() {
+    if [ -f "$V/.radixagent-sglang-ready" ]; then return; fi
+    test -x "$V/bin/python" || python3.11 -m venv "$V"
+    echo "torch==2.13.0" > "$V/constraints.txt"
+    export PIP_CONSTRAINT="$V/constraints.txt"
+    test -n "$TORCH_WHL" || { echo "no local torch 2.13.0 CPU wheel (set TORCH_WHEEL)" >&2; exit 2; }
+    "$V/bin/pip" install -q "$TORCH_WHL"
+    "$V/bin/pip" install -q --no-deps sglang==0.5.23
+    # What sglang.launch_server + the scheduler + the llama model import on a CPU host (found by
+    # importing until nothing was missing); none of them depends on torch.
+    "$V/bin/pip" install -q transformers==5.24.0 fastapi uvicorn uvloop orjson pyzmq psutil setproctitle \
+        requests aiohttp pydantic prometheus-client sentencepiece numpy pybase64 msgspec pillow interegular \
+        partial_json_parser python-multipart einops tiktoken gguf xxhash zstandard distro packaging regex \
+        triton llguidance openai-harmony blobfile scipy IPython dill loguru openai jsonschema xgrammar \
+        soundfile pyyaml apache-tvm-ffi==0.1.11
+    "$V/bin/pip" install -q --no-deps compressed-tensors==0.18.0
+    "$V/bin/pip" install -q --no-deps -e "$ROOT"
+    "$V/bin/python" tests/sglang/make_stubs.py "$("$V/bin/python" -c 'import site; print(site.getsitepackages()[0])')"
+    "$V/bin/python" -c "import torch, sglang.launch_server, sglang.srt.managers.scheduler; assert torch.__version__.startswith('2.13.0')"
+    touch "$V/.radixagent-sglang-ready"
+}
+
+setup_venv
+"$V/bin/python" tests/sglang/convert_model.py "$V/model" >/dev/null
+PORT="$("$V/bin/python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+LOG="${SGLANG_LOG:-$V/server.log}"
+SGLANG_USE_CPU_ENGINE=1 "$V/bin/radixagent" launch-sglang -- --model-path "$V/model" --device cpu \
+    --attention-backend torch_native --disable-cuda-graph --dtype float32 --max-total-tokens "$MAX_TOTAL_TOKENS" \
+    --enable-session-radix-cache --enable-metrics --port "$PORT" --host 127.0.0.1 >"$LOG" 2>&1 &
+SERVER=$!
+# launch-sglang execs the server in the same process; SGLang's scheduler/detokenizer are its children.
+stop() { pkill -TERM -P "$SERVER" 2>/dev/null || true; kill -TERM "$SERVER" 2>/dev/null || true
+         sleep 2; pkill -KILL -P "$SERVER" 2>/dev/null || true; kill -KILL "$SERVER" 2>/dev/null || true; }
+trap stop EXIT
+for _ in $(seq 1 300); do
+    curl -sf "http://127.0.0.1:$PORT/health" >/dev/null 2>&1 && break
+    kill -0 "$SERVER" 2>/dev/null || { tail -40 "$LOG" >&2; echo "SGLang server exited" >&2; exit 1; }
+    sleep 2
+done
+curl -sf "http://127.0.0.1:$PORT/health" >/dev/null || { tail -40 "$LOG" >&2; echo "SGLang not healthy" >&2; exit 1; }
+echo "SGLang 0.5.23 (policy session) on 127.0.0.1:$PORT, log $LOG"
+RADIXAGENT_SGLANG_URL="http://127.0.0.1:$PORT" "$ROOT/.venv/bin/python" -m pytest -q -rs tests/sglang/test_real_sglang.py "$@"
