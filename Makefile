@@ -46,5 +46,9 @@ bench-gpu:
 test-sglang: $(STAMP)
 	bash tests/sglang/run.sh
 
+# Long fuzz, 32-session soak, tenant-isolation timing and fault scenarios (loopback, bounded).
+stress: $(STAMP)
+	$(PY) -m evals.stress --out out/stress
+
 clean:
 	rm -rf .venv .pytest_cache .ruff_cache *.egg-info

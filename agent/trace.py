@@ -83,8 +83,19 @@ class TraceWriter:
 
 
 def read_trace(path: str | Path) -> list[StepRecord]:
-    with Path(path).open(encoding="utf-8") as handle:
-        return [StepRecord.from_dict(json.loads(line)) for line in handle if line.strip()]
+    """Every complete step of a trace. A torn last line (the writer was killed mid-write) is
+    skipped with a warning; a bad line anywhere else is corruption and raises ValueError."""
+    lines = [line for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
+    records = []
+    for number, line in enumerate(lines, start=1):
+        try:
+            records.append(StepRecord.from_dict(json.loads(line)))
+        except (json.JSONDecodeError, TypeError, KeyError) as exc:
+            if number < len(lines):
+                raise ValueError(f"{path}:{number}: not a trace record ({exc})") from exc
+            warnings.warn(f"{path}:{number}: incomplete last line skipped (the run stopped mid-write)",
+                          stacklevel=2)
+    return records
 
 
 class _Trie:

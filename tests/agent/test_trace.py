@@ -122,3 +122,27 @@ def test_trace_cli_prints_table_and_summary(tmp_path, capsys):
     summary = summarize(read_trace(path))
     assert summary.steps == 5 and summary.cached_tokens == summary.ideal_cached_tokens
     assert trace_main([str(tmp_path / "missing.jsonl")]) == 2
+
+
+def test_read_trace_skips_a_torn_last_line(tmp_path):
+    import json
+    import warnings
+
+    from agent.trace import read_trace
+
+    good = {
+        "run_id": "r", "session_id": "s", "branch": 0, "step": 0, "kind": "act", "prompt_tokens": 10,
+        "cached_tokens": 0, "ideal_cached_tokens": 0, "completion_tokens": 2, "ttft_s": 0.1, "latency_s": 0.2,
+        "finish_reason": "stop", "prefix_break": None, "tool": None,
+    }  # fmt: skip
+    path = tmp_path / "trace.jsonl"
+    path.write_text(json.dumps(good) + "\n" + json.dumps(good)[:40])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        records = read_trace(path)
+    assert len(records) == 1 and any("incomplete last line" in str(w.message) for w in caught)
+    path.write_text(json.dumps(good)[:40] + "\n" + json.dumps(good) + "\n")
+    import pytest
+
+    with pytest.raises(ValueError, match=":1:"):
+        read_trace(path)
