@@ -189,8 +189,10 @@ def test_qa_end_to_end_on_the_engine(tmp_path: Path, engine: Any) -> None:
 
     backend = EmbeddedBackend(engine)
     report = run_qa(backend, _doc(tmp_path), QUESTIONS, out_dir=tmp_path / "out", max_steps=1)
-    assert report.prefill is not None and report.prefill.cached_tokens == 0
+    assert report.prefill is not None
     head_tokens = report.prefill.prompt_tokens
+    # The leader computes the new document itself (the shared engine may hold a chat header).
+    assert report.prefill.cached_tokens < 32 < head_tokens
     rows = [json.loads(line) for line in (tmp_path / "out" / "answers.jsonl").read_text().splitlines()]
     assert len(rows) == 2 and all("correct" in r for r in rows)
     for result in report.results:  # every question's first call reuses the whole prefilled head
