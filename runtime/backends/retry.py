@@ -1,5 +1,9 @@
 """Bounded retries for HTTP backends: connection failures, timeouts and 5xx are retried with
-exponential backoff; a 4xx is final at once."""
+exponential backoff; a 4xx is final at once.
+
+Backoff 0.5 s, 1 s, 2 s, 4 s (capped): the default 4 attempts wait 3.5 s in all, which covers
+sglang-router's detection of a dead worker in a `radixagent cluster` (health check every 1 s,
+unhealthy after 2 failures; see docs/cluster.md, "Faults")."""
 
 from __future__ import annotations
 
@@ -24,7 +28,7 @@ def with_retries(fn: Callable[[], T], attempts: int, max_wait_s: float = 4.0) ->
     retrying = Retrying(
         retry=retry_if_exception(is_retryable),
         stop=stop_after_attempt(max(1, attempts)),
-        wait=wait_exponential(multiplier=0.25, max=max_wait_s),
+        wait=wait_exponential(multiplier=0.5, max=max_wait_s),
         reraise=True,
     )
     return retrying(fn)

@@ -3,7 +3,7 @@
 One cluster start for the whole module (each worker is a process that loads the model).
 The router runs the `session` policy (sglang-router `manual`: sticky `X-SMG-Routing-Key`), which our
 SGLang backend fills with the session id, so each session's follow-up steps land on the worker that
-holds its prefix. Skips when sglang-router is not installed.
+holds its prefix. The last test kills a worker (fault case). Skips when sglang-router is not installed.
 """
 
 from __future__ import annotations
@@ -73,3 +73,77 @@ def test_agent_sessions_hit_cache_through_router(cluster: Cluster) -> None:
     after = {w["url"]: w.get("requests", 0) for w in cluster.worker_stats()}
     served = sum(after[u] - before[u] for u in after)
     assert served >= 4  # every model call went through the router to a worker
+
+
+def _requests(cluster: Cluster) -> list[int]:
+    return [int(w.get("requests", 0)) for w in cluster.worker_stats()]
+
+
+def _rows(records: list) -> list[tuple]:
+    return [(r.run_id[:4], r.step, r.kind, r.prompt_tokens, r.cached_tokens, r.ideal_cached_tokens,
+             r.finish_reason) for r in records]  # fmt: skip
+
+
+def test_worker_killed_mid_run_session_moves_and_completes(cluster: Cluster, tmp_path) -> None:
+    """Last in the module (it kills a worker). Kill the worker that serves a session between two steps
+    of a run: the router's health checks + retries and our client's retries move the session to the
+    other worker; the run completes; the trace shows the miss at the step after the kill (cached far
+    below ideal) and full hits again after it."""
+    import json
+    import time
+
+    from agent import Agent, tool
+    from runtime import connect
+
+    @tool
+    def lookup(station: int) -> str:
+        """Look up the keeper log of one station."""
+        return f"station {station}: lamp trimmed, fuel ok"
+
+    backend = connect(cluster.url)  # default retries: the fault must be covered without tuning
+    trace = tmp_path / "trace.jsonl"
+    agent = Agent(
+        backend=backend, tools=[lookup], documents=[DOC], max_steps=4, reflect=False,
+        session_id="gamma", sampling={"max_new_tokens": 48}, tool_choice="required", trace_path=trace,
+    )  # fmt: skip
+    task = "Which keeper logged station 6? Use lookup."  # no earlier session asked this
+    try:
+        before = _requests(cluster)
+        warm = agent.run(task)  # the session's worker now holds this run's whole log
+        served = [a - b for a, b in zip(_requests(cluster), before, strict=True)]
+        assert sorted(served)[0] == 0 and max(served) >= 1, served  # one worker served the session
+        victim = served.index(max(served))
+        survivor = 1 - victim
+
+        run = agent.start(task)
+        first = run.step()  # same prompt as warm's first call: a full hit on the victim
+        assert first.record is not None and first.error is None
+        cluster.kill_worker(victim)
+        started = time.monotonic()
+        moved = run.step()  # the step after the kill: retried onto the survivor
+        moved_s = time.monotonic() - started
+        result = run.run_to_end()
+        run.close()
+        again = agent.run(task)  # later steps of the session hit again, on the survivor
+    finally:
+        backend.close()
+    records = [*warm.trace, *result.trace, *again.trace]
+    diag = {"moved_s": round(moved_s, 1), "victim": victim, "rows": _rows(records)}
+    assert result.status != "error" and again.status != "error", diag
+    assert all(s.error is None for s in [*result.steps, *again.steps]), diag
+    assert moved.record is not None and moved.record.finish_reason != "error", diag
+    hit, miss = first.record, moved.record
+    assert hit.cached_tokens >= 0.9 * hit.prompt_tokens, diag
+    # the miss: the survivor holds at most the shared head, not this session's log
+    assert miss.cached_tokens < hit.cached_tokens, diag
+    assert miss.ideal_cached_tokens - miss.cached_tokens > 20, diag
+    # after the move the session sticks to the survivor and hits again
+    after = [r for r in [*result.trace[2:], *again.trace] if r.prompt_tokens > 0]
+    assert after and all(r.cached_tokens >= 0.9 * r.ideal_cached_tokens for r in after), diag
+    stats = cluster.worker_stats()
+    assert "error" in stats[victim] and "error" not in stats[survivor], stats
+    # the trace file shows where: the moved step's line has cached far below ideal
+    lines = [json.loads(line) for line in trace.read_text().splitlines()]
+    moved_line = next(d for d in lines if d["run_id"] == result.run_id and d["step"] == moved.index)
+    assert moved_line["ideal_cached_tokens"] - moved_line["cached_tokens"] > 20, moved_line
+    print("fault:", diag)
