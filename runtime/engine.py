@@ -199,13 +199,10 @@ class Engine:
     def _submit(self, reqs: list[Request]) -> None:
         if self._closed:
             raise EngineClosed("the engine was shut down")
-        with self.scheduler.lock:
-            if len(self.scheduler.waiting) + len(reqs) > self.config.max_queue:
-                raise Overloaded(f"queue full ({self.config.max_queue} waiting requests)")
-            for req in reqs:
-                if req.session_id is not None:
-                    self.sessions.on_request(req.session_id)
-                self.scheduler.submit(req)
+        if self.scheduler.queued + len(reqs) > self.config.max_queue:
+            raise Overloaded(f"queue full ({self.config.max_queue} waiting requests)")
+        for req in reqs:
+            self.scheduler.submit(req)
 
     def _wait(self, req: Request) -> dict:
         req.done.wait()
@@ -234,7 +231,7 @@ class Engine:
     def flush_cache(self) -> bool:
         """Empty the tree and return every slot; False (nothing done) while requests run, as SGLang."""
         with self.scheduler.lock:
-            if self.scheduler.running or self.scheduler.waiting:
+            if self.scheduler.running or self.scheduler.queued:
                 return False
             self.cache.reset()
             return True
@@ -261,7 +258,7 @@ class Engine:
                 "match_time_mean_s": c.match_time_s / c.matches if c.matches else 0.0,
                 "tokens_in_use": self.cache.total_size, "bytes_in_use": self.cache.total_size * per_token,
                 "pool_capacity_tokens": self.pool.size, "pool_capacity_bytes": self.pool.capacity_bytes,
-                "pool_free_tokens": self.pool.available, "queue_depth": len(self.scheduler.waiting),
+                "pool_free_tokens": self.pool.available, "queue_depth": self.scheduler.queued,
                 "running": len(self.scheduler.running), "policy": self.config.radix_eviction_policy,
                 "cache_enabled": not self.config.disable_radix_cache,
             }

@@ -8,6 +8,7 @@ Only the worker thread touches the tree, the pool and running requests, always u
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
 from collections import deque
@@ -52,8 +53,9 @@ class Scheduler:
         self.sessions = sessions
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
-        self.lock = threading.RLock()
-        self.wakeup = threading.Condition(self.lock)
+        self.lock = threading.RLock()  # held by the loop for each step and by API readers
+        self.inbox: queue.SimpleQueue[Request] = queue.SimpleQueue()
+        self.wake = threading.Event()
         self.closed = False
         self.stats = ServeStats()
         self.thread = threading.Thread(target=self._loop, name="radixagent-scheduler", daemon=True)
@@ -61,14 +63,18 @@ class Scheduler:
 
     # ---- called from client threads ---------------------------------------------------
     def submit(self, req: Request) -> None:
-        with self.lock:
-            self.waiting.append(req)
-            self.wakeup.notify()
+        """Never takes the step lock: a client arriving mid-forward must not wait for (or be
+        starved by) the loop, which re-takes that lock between steps."""
+        self.inbox.put(req)
+        self.wake.set()
+
+    @property
+    def queued(self) -> int:
+        return len(self.waiting) + self.inbox.qsize()
 
     def close(self) -> None:
-        with self.lock:
-            self.closed = True
-            self.wakeup.notify()
+        self.closed = True
+        self.wake.set()
         self.thread.join(timeout=30)
 
     def in_flight_slots(self) -> list[int]:
@@ -78,19 +84,34 @@ class Scheduler:
     # ---- the loop ---------------------------------------------------------------------
     def _loop(self) -> None:
         while True:
+            self.wake.wait()
             with self.lock:
-                while not self.closed and not self.waiting and not self.running:
-                    self.wakeup.wait()
+                self.wake.clear()
+                self._drain_inbox()
                 if self.closed:
                     self._fail_all(RuntimeError("engine shut down"))
                     return
-                try:
-                    self._step()
-                except Exception as exc:  # a bug must not kill the engine: fail the batch, keep serving
-                    log.exception("scheduler step failed")
-                    for req in list(self.running):
-                        req.error = exc
-                        self._finish(req, {"type": "abort", "message": str(exc)})
+                if self.waiting or self.running:
+                    self._guarded_step()
+                if self.waiting or self.running or not self.inbox.empty():
+                    self.wake.set()
+            time.sleep(0)  # hand the lock to API threads (stats, flush, session events) between steps
+
+    def _drain_inbox(self) -> None:
+        while not self.inbox.empty():
+            req = self.inbox.get_nowait()
+            if req.session_id is not None:
+                self.sessions.on_request(req.session_id)
+            self.waiting.append(req)
+
+    def _guarded_step(self) -> None:
+        try:
+            self._step()
+        except Exception as exc:  # a bug must not kill the engine: fail the batch, keep serving
+            log.exception("scheduler step failed")
+            for req in list(self.running):
+                req.error = exc
+                self._finish(req, {"type": "abort", "message": str(exc)})
 
     def _step(self) -> None:
         for req in [r for r in self.running if r.aborted]:

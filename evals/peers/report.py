@@ -83,13 +83,18 @@ def _hit_rows(r: dict[str, Any]) -> list[str]:
     return out
 
 
+def _load_note(m: dict[str, Any]) -> str:
+    busy = max(m["loadavg_1m_start"], m["loadavg_1m_end"]) > m["cores"]
+    return " (above the core count: other work shared the CPU and every time here is inflated)" if busy else ""
+
+
 def render_report(r: dict[str, Any], gpu: dict[str, Any] | None = None) -> str:
     m, c = r["machine"], r["config"]
     lines = ["# Benchmarks (`make bench`)", "",
              f"Machine: {m['cpu']}, {m['cores']} cores, torch {m['torch']} ({m['torch_threads']} threads), "
              f"dtype {m['dtype']}, device {m['device']}, Python {m['python']}; 1-minute load average "
-             f"{m['loadavg_1m_start']:.1f} at the start, {m['loadavg_1m_end']:.1f} at the end (above the core count, "
-             f"other work shared the CPU and every time here is inflated). Model: {r['model']}. "
+             f"{m['loadavg_1m_start']:.1f} at the start, {m['loadavg_1m_end']:.1f} at the end"
+             f"{_load_note(m)}. Model: {r['model']}. "
              f"All sections measured in one run of {r['duration_s']:.0f} s (`python -m evals.bench`); "
              "raw numbers in `docs/bench-results.json`.", "",
              "## Ratios and targets", "", "| what | measured | target | met |", "|---|---|---|---|"]
@@ -128,9 +133,9 @@ def write_report(results: dict[str, Any], out: Path, gpu: dict[str, Any] | None 
         from evals.report import markdown_section
 
         text += "\n" + markdown_section(results["agent_suites"]) + "\n"
-    eviction = out.with_name("benchmarks-eviction.md")
-    if eviction.exists():
-        text += f"\n## Eviction policies\n\nSee [{eviction.name}]({eviction.name}).\n"
+    others = sorted(out.parent.glob("benchmarks-*.md"))
+    if others:  # measured by their own commands (eval-eviction, eval-cluster, stress)
+        text += "\n## Measured by other commands\n\n" + "".join(f"- [{p.name}]({p.name})\n" for p in others)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text)
 
