@@ -5,12 +5,21 @@ Needs the test-only client: `bash tests/sglang/install_client.sh` (sglang==0.5.2
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
+
+# `make test` installs the client into .sgl-client (tests/sglang/install_client.sh), outside the
+# product venv; appended, so the venv's own packages keep precedence.
+CLIENT_DIR = Path(__file__).resolve().parents[2] / ".sgl-client"
+if CLIENT_DIR.is_dir() and str(CLIENT_DIR) not in sys.path:
+    sys.path.append(str(CLIENT_DIR))
 
 # Import a submodule: tests/sglang/ on sys.path would otherwise pass for an empty `sglang`
 # namespace package when the real client is not installed.
 pytest.importorskip(
-    "sglang.lang", reason="SGLang's frontend client is not installed (run tests/sglang/install_client.sh)"
+    "sglang.lang", reason="SGLang's frontend client is not installed (bash tests/sglang/install_client.sh)"
 )
 import sglang as sgl  # noqa: E402
 
