@@ -24,6 +24,10 @@ def test_register_against_fake_sglang(monkeypatch) -> None:
         monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
     monkeypatch.setitem(sys.modules, "sglang.srt.mem_cache.utils", utils)
     monkeypatch.setitem(sys.modules, "sglang.srt.server_args", args)
+    # The real client may be loaded in this process (test_sglang_client): hide its other modules.
+    for name in ("sglang.srt.arg_groups", "sglang.srt.arg_groups.choices", "sglang.srt.mem_cache.evict_policy",
+                 "sglang.srt.mem_cache.unified_cache.components.base"):
+        monkeypatch.setitem(sys.modules, name, None)
     sglang_plugin.register()
     sglang_plugin.register()
     assert args.RADIX_EVICTION_POLICY_CHOICES == ["lru", "session"]
