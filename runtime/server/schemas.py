@@ -18,6 +18,8 @@ _STRICT = ConfigDict(strict=True, extra="ignore", allow_inf_nan=False)
 
 #: the seed range torch's generators take
 SEED = Field(default=None, ge=-(2**63), le=2**64 - 1)
+#: session ids are keys of a global registry: non-empty and bounded
+SESSION_ID = {"min_length": 1, "max_length": 256}
 
 
 def has_lone_surrogate(value: Any) -> bool:
@@ -120,7 +122,7 @@ class GenerateRequest(_Request):
     stream: bool = False
     rid: str | list[str] | None = None
     session_params: dict[str, Any] | None = None
-    session_id: str | None = None
+    session_id: str | None = Field(default=None, **SESSION_ID)
     cache_salt: str | None = None
     extra_key: str | None = None
     priority: int | None = None
@@ -205,7 +207,7 @@ class _OpenAIBase(_Request):
     json_schema: str | None = None
     skip_special_tokens: bool | None = None
     rid: str | None = None
-    session_id: str | None = None
+    session_id: str | None = Field(default=None, **SESSION_ID)
     session_params: dict[str, Any] | None = None
     cache_salt: str | None = None
     priority: int | None = None
@@ -274,18 +276,18 @@ class ChatCompletionRequest(_OpenAIBase):
 
 class OpenSessionRequest(_Request):
     capacity_of_str_len: int | None = Field(default=None, ge=0)
-    session_id: str | None = None
+    session_id: str | None = Field(default=None, **SESSION_ID)
 
 
 class CloseSessionRequest(_Request):
-    session_id: str
+    session_id: str = Field(**SESSION_ID)
 
 
 class SessionEventRequest(_Request):
     """POST /session_event: `{session_id, event, ...info}`. The info fields the session registry reads
     are typed (a wrong type is a 400); other keys are ignored, never passed on to the engine."""
 
-    session_id: str
+    session_id: str = Field(**SESSION_ID)
     event: Literal["open", "tool_wait", "resume", "abandon", "close"]
     expected_s: float | None = Field(default=None, ge=0)
     tool: str | None = None
