@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from runtime.backends.base import Backend, Completion, SessionEventKind
+from runtime.backends.base import Backend, Completion, WrappedBackend
 
 
 @dataclass(slots=True)
@@ -57,7 +57,7 @@ class _State:
     origin: float = field(default_factory=time.perf_counter)
 
 
-class RecordingBackend(Backend):
+class RecordingBackend(WrappedBackend):
     """`inner` with `prefix_cache` forced on every call, each call recorded as a `CallRecord`.
 
     `flush_each=True` empties the server's cache before every request: the uncached baseline for
@@ -73,9 +73,8 @@ class RecordingBackend(Backend):
         flush_each: bool = False,
         on_call: Callable[[CallRecord], None] | None = None,
     ) -> None:
-        self.inner, self.prefix_cache, self.flush_each = inner, prefix_cache, flush_each
-        self.name = inner.name
-        self.supports_input_ids = inner.supports_input_ids
+        super().__init__(inner)
+        self.prefix_cache, self.flush_each = prefix_cache, flush_each
         self.on_call = on_call
         self._lock = threading.Lock()
         self._state = _State()
@@ -141,19 +140,6 @@ class RecordingBackend(Backend):
             self._state.calls.append(record)
         if self.on_call is not None:
             self.on_call(record)
-
-    # ---- delegation -------------------------------------------------------------------------
-    def tokenize(self, text: str) -> list[int]:
-        return self.inner.tokenize(text)
-
-    def decode(self, ids: list[int]) -> str:
-        return self.inner.decode(ids)
-
-    def session_event(self, session_id: str, event: SessionEventKind, **info: Any) -> None:
-        self.inner.session_event(session_id, event, **info)
-
-    def flush_cache(self) -> bool:
-        return self.inner.flush_cache()
 
     def close(self) -> None:
         """No-op: the eval owns the wrapped backend and closes it itself."""

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TextIO
 
-from runtime.backends.base import Backend, Completion, SessionEventKind
+from runtime.backends.base import Backend, Completion, WrappedBackend
 
 #: greedy decoding everywhere: cached and uncached runs must produce identical outputs
 GREEDY: dict[str, Any] = {"temperature": 0.0}
@@ -18,33 +18,17 @@ GREEDY: dict[str, Any] = {"temperature": 0.0}
 DEFAULT_CONTEXT = 8192
 
 
-class CacheControlBackend(Backend):
+class CacheControlBackend(WrappedBackend):
     """Delegates to `inner`, sending `prefix_cache` on every request (False: `--no-cache`)."""
 
     def __init__(self, inner: Backend, prefix_cache: bool) -> None:
-        self.inner, self.prefix_cache = inner, prefix_cache
-        self.name = inner.name
-        self.supports_input_ids = inner.supports_input_ids
+        super().__init__(inner)
+        self.prefix_cache = prefix_cache
 
     def generate(self, prompt: str | None = None, input_ids: list[int] | None = None,
                  sampling_params: dict[str, Any] | None = None, **kwargs: Any) -> Completion:  # fmt: skip
         kwargs["prefix_cache"] = self.prefix_cache and kwargs.get("prefix_cache", True)
         return self.inner.generate(prompt, input_ids, sampling_params, **kwargs)
-
-    def tokenize(self, text: str) -> list[int]:
-        return self.inner.tokenize(text)
-
-    def decode(self, ids: list[int]) -> str:
-        return self.inner.decode(ids)
-
-    def session_event(self, session_id: str, event: SessionEventKind, **info: Any) -> None:
-        self.inner.session_event(session_id, event, **info)
-
-    def flush_cache(self) -> bool:
-        return self.inner.flush_cache()
-
-    def close(self) -> None:
-        self.inner.close()
 
 
 def with_cache(backend: Backend, prefix_cache: bool) -> Backend:

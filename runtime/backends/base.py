@@ -83,3 +83,28 @@ class Backend(ABC):
 
     def close(self) -> None:  # noqa: B027
         """Release connections; the backend is unusable afterwards."""
+
+
+class WrappedBackend(Backend):
+    """Base for backends that wrap another one (cache control, recording): everything but
+    `generate` goes to `inner`. Subclasses own `inner` unless they override `close`."""
+
+    def __init__(self, inner: Backend) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.supports_input_ids = inner.supports_input_ids
+
+    def tokenize(self, text: str) -> list[int]:
+        return self.inner.tokenize(text)
+
+    def decode(self, ids: list[int]) -> str:
+        return self.inner.decode(ids)
+
+    def session_event(self, session_id: str, event: SessionEventKind, **info: Any) -> None:
+        self.inner.session_event(session_id, event, **info)
+
+    def flush_cache(self) -> bool:
+        return self.inner.flush_cache()
+
+    def close(self) -> None:
+        self.inner.close()
