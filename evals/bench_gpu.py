@@ -82,8 +82,7 @@ def bench_model(name: str, args: argparse.Namespace, say) -> dict[str, Any]:
     cfg = ModelConfig(**MODELS[name])
     t0 = time.perf_counter()
     model = LlamaModel.random(cfg, getattr(torch, args.dtype), args.device, seed=0)
-    params = sum(t.numel() for t in [model.embed, model.norm, *(w for layer in model.layers for w in layer
-                                                                  if w is not None)])
+    params = cfg.params
     say(f"{name}: {params / 1e6:.0f}M params built in {time.perf_counter() - t0:.1f} s")
     sessions = tuple(args.sessions)
     pool = max(sessions) * (args.session_tokens + 24 + args.new_tokens) + 4 * (args.doc_tokens + 256)

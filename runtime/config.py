@@ -10,6 +10,8 @@ from runtime.cache.policies import POLICIES
 from runtime.env import env_flag, env_str, offline_hub  # noqa: F401  (re-exported)
 
 DTYPES = ("float32", "bfloat16", "float16")
+#: weight-only quantization, named as SGLang's --torchao-config values (runtime/quant.py)
+TORCHAO_CONFIGS = ("int4wo-32", "int4wo-64", "int4wo-128", "int8wo")
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,7 +21,10 @@ class EngineConfig:
     max_total_tokens: int | None = None
     radix_eviction_policy: str = "lru"
     disable_radix_cache: bool = False
-    dtype: str = "float32"
+    #: None = float32, or bfloat16 when `torchao_config` is set
+    dtype: str | None = None
+    #: weight-only quantization (SGLang's --torchao-config names): int4wo-32/64/128, int8wo; CPU only
+    torchao_config: str | None = None
     context_length: int | None = None
     num_threads: int | None = None
     device: str = "cpu"
@@ -40,8 +45,12 @@ class EngineConfig:
             problems.append("max_total_tokens must be >= 16")
         if self.radix_eviction_policy not in POLICIES:
             problems.append(f"radix_eviction_policy must be one of {sorted(POLICIES)}")
+        if self.dtype is None:
+            object.__setattr__(self, "dtype", "bfloat16" if self.torchao_config else "float32")
         if self.dtype not in DTYPES:
             problems.append(f"dtype must be one of {DTYPES}")
+        if self.torchao_config is not None:
+            problems += self._torchao_problems()
         if self.context_length is not None and self.context_length < 2:
             problems.append("context_length must be >= 2")
         if self.num_threads is not None and self.num_threads < 1:
@@ -54,6 +63,17 @@ class EngineConfig:
             problems.append("mem_fraction must be in (0, 0.9]")
         if problems:
             raise ValueError("invalid engine config: " + "; ".join(problems))
+
+
+    def _torchao_problems(self) -> list[str]:
+        if self.torchao_config not in TORCHAO_CONFIGS:
+            return [f"torchao_config must be one of {TORCHAO_CONFIGS}"]
+        if self.device != "cpu":
+            return [f"torchao_config {self.torchao_config} is implemented for the CPU engine only; on a GPU "
+                    "run SGLang with the same --torchao-config (radixagent launch-sglang)"]
+        if self.dtype != "bfloat16":
+            return [f"torchao_config {self.torchao_config} runs bfloat16 activations: dtype must be bfloat16"]
+        return []
 
 
 def derive_pool_size(bytes_per_token: int, context_length: int, mem_fraction: float) -> int:

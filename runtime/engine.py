@@ -37,15 +37,19 @@ class Engine:
         loaded = model_files.load(self.config.model_path, torch.float32)
         model = self._build_model(loaded)
         self._assemble(model, loaded.tokenizer, loaded.path, loaded.name, self._eos_ids(loaded))
-        log.info("engine ready in %.1fs: %s, %s, pool %d tokens (%.0f MiB), policy %s, cache %s",
-                 time.perf_counter() - started, self.model_name, self.config.dtype, self.pool.size,
+        log.info("engine ready in %.1fs: %s, %s%s, pool %d tokens (%.0f MiB), policy %s, cache %s",
+                 time.perf_counter() - started, self.model_name, self.config.dtype,
+                 f" {self.config.torchao_config}" if self.config.torchao_config else "", self.pool.size,
                  self.pool.capacity_bytes / 2**20, self.config.radix_eviction_policy,
                  "off" if self.config.disable_radix_cache else "on")
 
     def _build_model(self, loaded: model_files.LoadedModel) -> LlamaModel | HFModel:
         dtype, device = DTYPES[self.config.dtype], self.config.device
         if loaded.hf_config.model_type in SUPPORTED:
-            return LlamaModel(ModelConfig.from_hf(loaded.hf_config), loaded.state_dict, dtype, device)
+            return LlamaModel(ModelConfig.from_hf(loaded.hf_config), loaded.state_dict, dtype, device,
+                              self.config.torchao_config)
+        if self.config.torchao_config:
+            raise ValueError(f"torchao_config needs the compact forward; {loaded.hf_config.model_type} has none")
         log.warning("%s has no compact forward: using the HF transformers fallback (slower)",
                     loaded.hf_config.model_type)
         return HFModel(loaded.hf_model, dtype, device)
@@ -57,15 +61,17 @@ class Engine:
         where no model file can be brought). `tokenizer` needs `decode`; prompts then come as ids."""
         dtype = next(k for k, v in DTYPES.items() if v == model.dtype)
         engine = object.__new__(cls)
-        engine.config = EngineConfig(device=str(model.device), dtype=dtype, served_model_name=name, **config)
+        engine.config = EngineConfig(device=str(model.device), dtype=dtype, served_model_name=name,
+                                     torchao_config=getattr(model, "torchao_config", None), **config)
         engine._assemble(model, tokenizer, f"built:{name}", name, set(eos_ids or ()))
         return engine
 
     def sibling(self, **overrides: Any) -> Engine:
         """A second engine over the same weights with its own pool, cache and config overrides
         (e.g. the uncached baseline: `engine.sibling(disable_radix_cache=True)`). No reload."""
-        if "model_path" in overrides or "dtype" in overrides or "device" in overrides:
-            raise InvalidRequest("a sibling shares the weights: model_path, dtype and device cannot change")
+        if {"model_path", "dtype", "device", "torchao_config"} & overrides.keys():
+            raise InvalidRequest("a sibling shares the weights: model_path, dtype, device and torchao_config "
+                                 "cannot change")
         other = object.__new__(Engine)
         other.config = replace(self.config, **overrides)
         other._assemble(self.model, self.tokenizer, self.model_path, self.model_name, self.eos_ids)
@@ -76,17 +82,17 @@ class Engine:
         self.model_name = self.config.served_model_name or name
         mc = model.cfg
         self.context_length = min(self.config.context_length or mc.max_positions, mc.max_positions)
-        self._setup_cache(mc, model.dtype)
+        self._setup_cache(mc, model.kv_dtype)
         self._closed = False
 
-    def _setup_cache(self, mc: ModelConfig, dtype: torch.dtype) -> None:
+    def _setup_cache(self, mc: ModelConfig, kv_dtype: torch.dtype) -> None:
         from runtime.cache.sessions import SessionRegistry
 
         cfg = self.config
-        per_token = KVPool.bytes_per_token(mc.layers, mc.kv_heads, mc.head_dim, dtype)
+        per_token = KVPool.bytes_per_token(mc.layers, mc.kv_heads, mc.head_dim, kv_dtype)
         size = cfg.max_total_tokens or derive_pool_size(per_token, self.context_length, cfg.mem_fraction)
         check_pool_fits(size, per_token)
-        self.pool = KVPool(size, mc.layers, mc.kv_heads, mc.head_dim, dtype, cfg.device)
+        self.pool = KVPool(size, mc.layers, mc.kv_heads, mc.head_dim, kv_dtype, cfg.device)
         self.sessions = SessionRegistry(clock=time.monotonic)
         kwargs = {"sessions": self.sessions} if cfg.radix_eviction_policy == "session" else {}
         self.cache = RadixCache(self.pool, make_policy(cfg.radix_eviction_policy, **kwargs))
@@ -225,7 +231,8 @@ class Engine:
         return {"model_path": self.model_path, "served_model_name": self.model_name,
                 "context_length": self.context_length, "vocab_size": self.model.cfg.vocab_size,
                 "eos_token_ids": sorted(self.eos_ids), "dtype": self.config.dtype, "is_generation": True,
-                "architecture": self.model.cfg.arch}
+                "architecture": self.model.cfg.arch, "device": self.config.device,
+                "torchao_config": self.config.torchao_config or ""}
 
     # ---- cache control ------------------------------------------------------------------
     def flush_cache(self) -> bool:

@@ -34,6 +34,7 @@ class HFModel:
         self.hf = hf_model.to(device=device, dtype=dtype).eval()
         self.cfg = generic_config(hf_model.config)
         self.dtype, self.device = dtype, device
+        self.kv_dtype = dtype
 
     @torch.inference_mode()
     def forward(self, segments: list[Segment]) -> torch.Tensor:

@@ -7,10 +7,13 @@ the batch); attention runs per request over that request's own contiguous KV buf
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+
+from runtime.quant import Int8, Linear, WeightFormat
 
 SUPPORTED = ("llama", "qwen2", "mistral")
 
@@ -44,6 +47,13 @@ class ModelConfig:
                    c.max_position_embeddings, bool(getattr(c, "tie_word_embeddings", False)))
 
     @property
+    def params(self) -> int:
+        q, kv = self.heads * self.head_dim, self.kv_heads * self.head_dim
+        per_layer = self.hidden * (2 * q + 2 * kv) + 3 * self.hidden * self.intermediate + 2 * self.hidden
+        head = 0 if self.tie_embeddings else self.vocab_size * self.hidden
+        return self.layers * per_layer + self.vocab_size * self.hidden + head + self.hidden
+
+    @property
     def kv_bytes_per_token(self) -> int:
         return 2 * self.layers * self.kv_heads * self.head_dim  # times the element size
 
@@ -74,35 +84,62 @@ class Segment:
     ids: list[int]
 
 
+@dataclass(frozen=True, slots=True)
+class Layer:
+    ln1: torch.Tensor
+    qkv: Linear  # q, k and v projections fused: one matmul
+    o: Linear
+    ln2: torch.Tensor
+    gate_up: Linear  # gate and up projections fused
+    down: Linear
+
+
 class LlamaModel:
-    def __init__(self, cfg: ModelConfig, state: dict[str, torch.Tensor], dtype: torch.dtype, device: str) -> None:
+    def __init__(self, cfg: ModelConfig, state: dict[str, torch.Tensor], dtype: torch.dtype, device: str,
+                 torchao_config: str | None = None) -> None:
         self.cfg, self.dtype, self.device = cfg, dtype, device
+        self.torchao_config = torchao_config
+        # CPU attention kernels are ~8x slower in bf16/fp16 than in fp32 (measured), and the KV of a
+        # 135M model is small: on the CPU, K/V and attention stay fp32 whatever the weights are.
+        self.kv_dtype = torch.float32 if device == "cpu" else dtype
+        fmt = WeightFormat(dtype, device, torchao_config)
 
         def w(name: str) -> torch.Tensor:
             return state[name].to(device=device, dtype=dtype).contiguous()
 
-        def maybe(name: str) -> torch.Tensor | None:
-            return w(name) if name in state else None
-
-        self.embed = w("model.embed_tokens.weight")
-        self.lm_head = self.embed if cfg.tie_embeddings or "lm_head.weight" not in state else w("lm_head.weight")
+        tied = cfg.tie_embeddings or "lm_head.weight" not in state
+        self.lm_head = fmt.head(state["model.embed_tokens.weight" if tied else "lm_head.weight"])
+        if tied and isinstance(self.lm_head, Int8):
+            self._embed = self.lm_head.rows
+        else:
+            table = self.lm_head.weight if tied else w("model.embed_tokens.weight")
+            self._embed = table.__getitem__
         self.norm = w("model.norm.weight")
-        self.layers = []
-        for i in range(cfg.layers):
-            p = f"model.layers.{i}."
-            qkv = torch.cat([w(p + f"self_attn.{x}_proj.weight") for x in "qkv"]).contiguous()
-            biases = [maybe(p + f"self_attn.{x}_proj.bias") for x in "qkv"]
-            qkv_bias = torch.cat(biases).contiguous() if all(b is not None for b in biases) else None
-            gate_up = torch.cat([w(p + "mlp.gate_proj.weight"), w(p + "mlp.up_proj.weight")]).contiguous()
-            self.layers.append((w(p + "input_layernorm.weight"), qkv, qkv_bias, w(p + "self_attn.o_proj.weight"),
-                                w(p + "post_attention_layernorm.weight"), gate_up, w(p + "mlp.down_proj.weight")))
+        self.layers = [self._layer(fmt, w, state, f"model.layers.{i}.") for i in range(cfg.layers)]
         inv_freq = 1.0 / cfg.rope_theta ** (torch.arange(0, cfg.head_dim, 2, dtype=torch.float32) / cfg.head_dim)
         angles = torch.outer(torch.arange(cfg.max_positions, dtype=torch.float32), inv_freq)
         emb = torch.cat([angles, angles], dim=-1)  # [pos, head_dim], HF's rotate_half layout
         self.cos, self.sin = emb.cos().to(device, dtype), emb.sin().to(device, dtype)
 
+    @staticmethod
+    def _layer(fmt: WeightFormat, w: Callable[[str], torch.Tensor], state: dict[str, torch.Tensor], p: str) -> Layer:
+        qkv = torch.cat([state[p + f"self_attn.{x}_proj.weight"] for x in "qkv"])
+        biases = [state.get(p + f"self_attn.{x}_proj.bias") for x in "qkv"]
+        qkv_bias = torch.cat(biases) if all(b is not None for b in biases) else None  # type: ignore[arg-type]
+        gate_up = torch.cat([state[p + "mlp.gate_proj.weight"], state[p + "mlp.up_proj.weight"]])
+        return Layer(w(p + "input_layernorm.weight"), fmt.linear(qkv, qkv_bias),
+                     fmt.linear(state[p + "self_attn.o_proj.weight"]), w(p + "post_attention_layernorm.weight"),
+                     fmt.linear(gate_up), fmt.linear(state[p + "mlp.down_proj.weight"]))
+
+    @property
+    def weight_bytes(self) -> int:
+        """Bytes streamed per decode step (what bounds CPU decode speed)."""
+        linears = [m for layer in self.layers for m in (layer.qkv, layer.o, layer.gate_up, layer.down)]
+        return sum(m.nbytes for m in linears) + self.lm_head.nbytes
+
     @classmethod
-    def random(cls, cfg: ModelConfig, dtype: torch.dtype, device: str, seed: int = 0) -> LlamaModel:
+    def random(cls, cfg: ModelConfig, dtype: torch.dtype, device: str, seed: int = 0,
+               torchao_config: str | None = None) -> LlamaModel:
         """Seeded random weights of the right shapes (GPU timing where no weights can be brought)."""
         g = torch.Generator().manual_seed(seed)
         q, kv = cfg.heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim
@@ -116,7 +153,7 @@ class LlamaModel:
                        p + "mlp.down_proj.weight": (cfg.hidden, cfg.intermediate),
                        p + "input_layernorm.weight": (cfg.hidden,), p + "post_attention_layernorm.weight": (cfg.hidden,)}
         state = {k: (torch.ones(s) if len(s) == 1 else torch.randn(s, generator=g) * 0.02) for k, s in shapes.items()}
-        return cls(cfg, state, dtype, device)
+        return cls(cfg, state, dtype, device, torchao_config)
 
     def _rms(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         x32 = x.float()
@@ -138,22 +175,21 @@ class LlamaModel:
         ids = torch.tensor([t for s in segments for t in s.ids], device=self.device)
         pos = torch.cat([torch.arange(s.kv.length, s.kv.length + len(s.ids)) for s in segments]).to(self.device)
         cos, sin = self.cos[pos].unsqueeze(1), self.sin[pos].unsqueeze(1)  # [N, 1, hd]
-        x = self.embed[ids]  # [N, hidden]
+        x = self._embed(ids)  # [N, hidden]
         qd, kd = cfg.heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim
-        for li, (ln1, qkv_w, qkv_b, o_w, ln2, gu_w, down_w) in enumerate(self.layers):
-            h = F.linear(self._rms(x, ln1), qkv_w, qkv_b)  # [N, qd + 2 kd]
+        for li, layer in enumerate(self.layers):
+            h = layer.qkv(self._rms(x, layer.ln1))  # [N, qd + 2 kd]
             q = self._rope(h[:, :qd].view(-1, cfg.heads, cfg.head_dim), cos, sin)
             k = self._rope(h[:, qd : qd + kd].view(-1, cfg.kv_heads, cfg.head_dim), cos, sin)
             v = h[:, qd + kd :].view(-1, cfg.kv_heads, cfg.head_dim)
             attn = self._attend(li, segments, lens, q, k, v)  # [N, qd]
-            x = x + F.linear(attn, o_w)
-            gu = F.linear(self._rms(x, ln2), gu_w)
-            gate, up = gu.chunk(2, dim=-1)
-            x = x + F.linear(F.silu(gate) * up, down_w)
+            x = x + layer.o(attn)
+            gate, up = layer.gate_up(self._rms(x, layer.ln2)).chunk(2, dim=-1)
+            x = x + layer.down(F.silu(gate) * up)
         for s, n in zip(segments, lens, strict=True):
             s.kv.length += n
         last = torch.tensor(lens, device=self.device).cumsum(0) - 1
-        return F.linear(self._rms(x[last], self.norm), self.lm_head).float()
+        return self.lm_head(self._rms(x[last], self.norm)).float()
 
     def _attend(self, li: int, segments: list[Segment], lens: list[int], q, k, v) -> torch.Tensor:
         outs, start = [], 0
@@ -161,13 +197,13 @@ class LlamaModel:
             m = s.kv.length  # tokens already in this request's buffer (prefix)
             s.kv.k[li, :, m : m + n] = k[start : start + n].transpose(0, 1)
             s.kv.v[li, :, m : m + n] = v[start : start + n].transpose(0, 1)
-            qs = q[start : start + n].transpose(0, 1).unsqueeze(0)  # [1, H, n, hd]
+            qs = q[start : start + n].transpose(0, 1).unsqueeze(0).to(self.kv_dtype)  # [1, H, n, hd]
             ks = s.kv.k[li, :, : m + n].unsqueeze(0)  # [1, KVH, m+n, hd]
             vs = s.kv.v[li, :, : m + n].unsqueeze(0)
             mask = None
             if n > 1:  # query i sees the prefix and new tokens <= i (bottom-right aligned causal)
                 mask = torch.arange(m + n, device=self.device)[None, :] <= (m + torch.arange(n, device=self.device))[:, None]
             o = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=mask, enable_gqa=True)
-            outs.append(o[0].transpose(0, 1).reshape(n, -1))
+            outs.append(o[0].transpose(0, 1).reshape(n, -1).to(self.dtype))
             start += n
         return outs[0] if len(outs) == 1 else torch.cat(outs)

@@ -175,7 +175,7 @@ class Scheduler:
             self.cache.lock(match.node)
             req.slots = list(match.slots)
         capacity = len(req.input_ids) + req.params.max_new_tokens
-        req.kv = SeqKV.empty(self.model.cfg, capacity, self.model.dtype, self.model.device)
+        req.kv = SeqKV.empty(self.model.cfg, capacity, self.model.kv_dtype, self.model.device)
         if req.cached_len:
             idx = torch.tensor(req.slots, device=self.model.device)
             req.kv.k[:, :, : req.cached_len] = self.pool.k[:, idx].transpose(1, 2)

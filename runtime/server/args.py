@@ -6,6 +6,8 @@ import argparse
 from dataclasses import dataclass
 from typing import Any
 
+from runtime.config import TORCHAO_CONFIGS
+
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 DTYPES = ("auto", "float32", "float", "bfloat16", "float16", "half")
 
@@ -63,7 +65,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--context-length", type=int, default=None)
     p.add_argument("--radix-eviction-policy", default="lru", choices=_policy_names())
     p.add_argument("--disable-radix-cache", action="store_true", help="turn the prefix cache off")
-    p.add_argument("--dtype", default="auto", choices=DTYPES)
+    p.add_argument("--dtype", default="auto", choices=DTYPES, help="auto: float32, or bfloat16 with --torchao-config")
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    p.add_argument(
+        "--torchao-config",
+        default="",
+        choices=("", *TORCHAO_CONFIGS),
+        help="weight-only quantization (CPU engine): int4wo-32 runs the GGUF's own 4-bit levels, several times "
+        "faster decode; outputs differ from float32",
+    )
     p.add_argument("--num-threads", type=int, default=None, help="torch CPU threads")
     p.add_argument("--max-queue", type=int, default=256, help="queued requests before 503")
     p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' (all but /health)")
@@ -94,6 +104,8 @@ def engine_config(ns: argparse.Namespace) -> dict[str, Any]:
         "radix_eviction_policy": ns.radix_eviction_policy,
         "disable_radix_cache": ns.disable_radix_cache,
         "dtype": dtype,
+        "device": ns.device,
+        "torchao_config": ns.torchao_config or None,
         "context_length": ns.context_length,
         "num_threads": ns.num_threads,
         "max_queue": ns.max_queue,
