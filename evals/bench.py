@@ -235,6 +235,8 @@ class BenchConfig:
     threads: int | None = None
     #: llama.cpp threads (None: torch's thread count). On a shared CPU its spinning threads collapse.
     peer_threads: int | None = None
+    #: also measure this weight-only quantized mode (None: float32 only)
+    torchao_config: str | None = "int4wo-32"
 
     def __post_init__(self) -> None:
         if self.doc_tokens < 16 or self.repeats < 1 or self.decode_tokens < 2 or not self.sessions:
@@ -245,10 +247,10 @@ QUICK = BenchConfig(doc_tokens=64, repeats=1, out_tokens=3, decode_tokens=4, ses
                     session_prompt_tokens=16, session_new_tokens=3, hit_docs=2, hit_doc_tokens=32)
 
 
-def run_ours(engine: Any, cfg: BenchConfig, say: Callable[[str], None]) -> dict[str, Any]:
+def run_ours(engine: Any, cfg: BenchConfig, say: Callable[[str], None], hits: bool = True) -> dict[str, Any]:
     """Our sections: prefix reuse, throughput, multi-session hit rate. Returns the results' parts."""
     tok = engine.tokenize
-    runner = EngineRunner(engine)
+    runner = EngineRunner(engine, engine_label(engine))
     runner.generate(tok("Hello there, how are you?"), 4)  # warm-up: first-call allocations
     qa = qa_prompts(tok, essay_documents(tok, 1, cfg.doc_tokens)[0], QUESTIONS)
     say(f"prefix reuse: {len(qa.prefix)}-token document, {cfg.repeats} repeats")
@@ -258,10 +260,33 @@ def run_ours(engine: Any, cfg: BenchConfig, say: Callable[[str], None]) -> dict[
     chunks = essay_documents(tok, max(cfg.sessions), cfg.session_prompt_tokens)
     sweep = throughput_sweep(engine, [qa_prompts(tok, c, QUESTIONS[:1]).prompt(0) for c in chunks],
                              cfg.sessions, cfg.session_new_tokens)
-    hit_sessions = [qa_prompts(tok, d, QUESTIONS) for d in essay_documents(tok, cfg.hit_docs, cfg.hit_doc_tokens)]
-    say(f"multi-session hit rate: {cfg.hit_docs} alternating documents")
-    hits = multi_session_hits(runner, hit_sessions, out_tokens=min(8, cfg.out_tokens))
-    return {"qa": qa, "hit_sessions": hit_sessions, "prefix_reuse": reuse, "throughput": sweep, "hits": hits}
+    parts = {"qa": qa, "prefix_reuse": reuse, "throughput": sweep}
+    if hits:
+        hit_sessions = [qa_prompts(tok, d, QUESTIONS) for d in essay_documents(tok, cfg.hit_docs, cfg.hit_doc_tokens)]
+        say(f"multi-session hit rate: {cfg.hit_docs} alternating documents")
+        parts |= {"hit_sessions": hit_sessions,
+                  "hits": multi_session_hits(runner, hit_sessions, out_tokens=min(8, cfg.out_tokens))}
+    return parts
+
+
+def engine_label(engine: Any) -> str:
+    quant = engine.config.torchao_config
+    return f"radixagent {engine.config.dtype}" + (f" {quant}" if quant else "")
+
+
+def run_quantized(engine: Any, cfg: BenchConfig, say: Callable[[str], None]) -> dict[str, Any]:
+    """Prefix reuse and throughput again with weight-only int4 (the GGUF's own 4-bit levels)."""
+    from runtime import Engine
+
+    say(f"loading the {cfg.torchao_config} engine")
+    quant = Engine(engine.model_path, torchao_config=cfg.torchao_config, max_total_tokens=engine.pool.size,
+                   max_running_requests=engine.config.max_running_requests, num_threads=cfg.threads)
+    try:
+        parts = run_ours(quant, cfg, lambda msg: say(f"{cfg.torchao_config}: {msg}"), hits=False)
+    finally:
+        quant.shutdown()
+    return {"torchao_config": cfg.torchao_config, "engine": engine_label(quant),
+            "prefix_reuse": parts["prefix_reuse"], "throughput": parts["throughput"]}
 
 
 def run_bench(engine: Any, cfg: BenchConfig, say: Callable[[str], None] = print) -> dict[str, Any]:
@@ -270,6 +295,7 @@ def run_bench(engine: Any, cfg: BenchConfig, say: Callable[[str], None] = print)
 
     started, load_start = time.perf_counter(), os.getloadavg()[0]
     ours = run_ours(engine, cfg, say)
+    quantized = run_quantized(engine, cfg, say) if cfg.torchao_config else None
     peers = run_peers(engine.model_path, ours["qa"], ours["hit_sessions"], cfg, say) if cfg.peers else {}
     results = {
         "machine": {**machine_info(engine), "loadavg_1m_start": load_start, "loadavg_1m_end": os.getloadavg()[0]},
@@ -278,6 +304,8 @@ def run_bench(engine: Any, cfg: BenchConfig, say: Callable[[str], None] = print)
         "peers": {k: v for k, v in peers.items() if k != "hits"},
         "multi_session": {"radixagent": ours["hits"], **peers.get("hits", {})},
     }
+    if quantized is not None:
+        results["quantized"] = quantized
     results["ratios"] = ratios(results)
     results["duration_s"] = time.perf_counter() - started
     return results
@@ -307,6 +335,7 @@ def machine_info(engine: Any) -> dict[str, Any]:
 def ratios(r: dict[str, Any]) -> dict[str, float | None]:
     """Headline ratios (None where a peer was skipped)."""
     ours = r["prefix_reuse"]
+    q = r.get("quantized")
     lc = r["peers"].get("llama_cpp", {}).get("prefix_reuse")
     hf = r["peers"].get("hf_transformers", {}).get("prefix_reuse")
     lc_hits = r["multi_session"].get("llama_cpp")
@@ -323,6 +352,10 @@ def ratios(r: dict[str, Any]) -> dict[str, float | None]:
         "decode_vs_hf_generate": div(ours["decode_tok_s"], hf and hf["decode_tok_s"]),
         "hit_rate_minus_llama_cpp": (r["multi_session"]["radixagent"]["hit_rate"] - lc_hits["hit_rate"]
                                      if lc_hits else None),
+        "quantized_decode_4_over_1_sessions": q and q["throughput"].get("decode_4_over_1"),
+        "quantized_cached_ttft_vs_llama_cpp": div(q and q["prefix_reuse"]["ttft_cached_p50_s"],
+                                                  lc and lc["ttft_cached_p50_s"]),
+        "quantized_decode_vs_llama_cpp": div(q and q["prefix_reuse"]["decode_tok_s"], lc and lc["decode_tok_s"]),
     }
 
 
@@ -342,6 +375,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--repeats", type=int, default=None)
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     p.add_argument("--peer-threads", type=int, default=None, help="llama.cpp threads (default: as torch)")
+    p.add_argument("--torchao-config", default="int4wo-32",
+                   help="also measure this weight-only quantized mode ('' to skip)")
     return p.parse_args(argv)
 
 
@@ -360,7 +395,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = QUICK if args.quick else BenchConfig()
     overrides = {k: v for k, v in {"doc_tokens": args.doc_tokens, "repeats": args.repeats,
                                    "threads": args.threads, "peer_threads": args.peer_threads}.items()
-                 if v is not None}
+                 if v is not None} | {"torchao_config": args.torchao_config or None}
     cfg = replace(cfg, peers=not args.no_peers, **overrides)
     say = lambda msg: print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", flush=True)  # noqa: E731
     say("loading the engine")

@@ -14,22 +14,33 @@ def _x(v: float | None, unit: str = "x", digits: int = 2) -> str:
 
 def _target_rows(r: dict[str, Any]) -> list[tuple[str, str, str, bool | None]]:
     """(what, measured, target, met) for the issues' targets; met is None without a number."""
-    ours, ra = r["prefix_reuse"], r["ratios"]
+    ours, ra, q = r["prefix_reuse"], r["ratios"], r.get("quantized")
 
     def row(what: str, value: float | None, shown: str, target: str, ok: Callable[[float], bool]):
         return what, shown, target, None if value is None else ok(value)
 
+    def speed_rows(mode: str, x: dict[str, Any], four_over_one: float | None, vs_lc: float | None):
+        return [
+            row(f"{mode}: cached TTFT, long-document prompt", x["ttft_cached_p50_s"],
+                _x(x["ttft_cached_p50_s"], " s", 3), "<= 0.15 s", lambda v: v <= 0.15),
+            row(f"{mode}: single-stream decode at {x['decode_context_tokens']} tokens of context", x["decode_tok_s"],
+                _x(x["decode_tok_s"], " tok/s", 1), ">= 40 tok/s", lambda v: v >= 40),
+            row(f"{mode}: aggregate decode, 4 sessions / 1 session", four_over_one, _x(four_over_one), ">= 2.5x",
+                lambda v: v >= 2.5),
+            row(f"{mode}: our cached TTFT / llama.cpp's", vs_lc, _x(vs_lc), "<= 1.5x", lambda v: v <= 1.5),
+        ]
+
+    quant_rows = [] if q is None else [
+        *speed_rows(q["torchao_config"], q["prefix_reuse"], ra["quantized_decode_4_over_1_sessions"],
+                    ra["quantized_cached_ttft_vs_llama_cpp"]),
+        row(f"{q['torchao_config']}: our decode / llama.cpp's", ra["quantized_decode_vs_llama_cpp"],
+            _x(ra["quantized_decode_vs_llama_cpp"]), "(ratio)", lambda v: True),
+    ]
     return [
         row("cached TTFT speedup (cold / cached)", ra["cached_ttft_speedup"], _x(ra["cached_ttft_speedup"]),
             ">= 15x", lambda v: v >= 15),
-        row("cached TTFT, long-document prompt", ours["ttft_cached_p50_s"], _x(ours["ttft_cached_p50_s"], " s", 3),
-            "<= 0.15 s", lambda v: v <= 0.15),
-        row(f"single-stream decode at {ours['decode_context_tokens']} tokens of context", ours["decode_tok_s"],
-            _x(ours["decode_tok_s"], " tok/s", 1), ">= 40 tok/s", lambda v: v >= 40),
-        row("aggregate decode, 4 sessions / 1 session", ra["decode_4_over_1_sessions"],
-            _x(ra["decode_4_over_1_sessions"]), ">= 2.5x", lambda v: v >= 2.5),
-        row("our cached TTFT / llama.cpp's", ra["cached_ttft_vs_llama_cpp"], _x(ra["cached_ttft_vs_llama_cpp"]),
-            "<= 1.5x", lambda v: v <= 1.5),
+        *speed_rows("float32", ours, ra["decode_4_over_1_sessions"], ra["cached_ttft_vs_llama_cpp"]),
+        *quant_rows,
         row("multi-session hit rate, ours - llama.cpp's", ra["hit_rate_minus_llama_cpp"],
             _x(None if ra["hit_rate_minus_llama_cpp"] is None else 100 * ra["hit_rate_minus_llama_cpp"], " pt", 1),
             "> 0 pt", lambda v: v > 0),
@@ -53,7 +64,9 @@ def _name(key: str, peer: dict[str, Any]) -> str:
 
 
 def _reuse_rows(r: dict[str, Any]) -> list[str]:
-    engines = [("radixagent (ours)", r["prefix_reuse"])]
+    engines = [(f"radixagent (ours), {r['machine']['dtype']}", r["prefix_reuse"])]
+    if "quantized" in r:
+        engines.append((f"radixagent (ours), {r['quantized']['torchao_config']}", r["quantized"]["prefix_reuse"]))
     engines += [(_name(k, v), v["prefix_reuse"]) for k, v in r["peers"].items() if "prefix_reuse" in v]
     out = ["| engine | prompt tokens | cold TTFT p50 | cached TTFT p50 | speedup | cached tokens | prefill tok/s "
            "| decode tok/s | greedy cold = cached |", "|---|---|---|---|---|---|---|---|---|"]
@@ -115,6 +128,9 @@ def render_report(r: dict[str, Any], gpu: dict[str, Any] | None = None) -> str:
               f"decodes {c['session_new_tokens']} tokens; all start together. Aggregate decode tok/s counts the "
               "tokens produced while every session was decoding (last first token to first finish).", ""]
     lines += throughput_rows(r["throughput"]["rows"])
+    if "quantized" in r:
+        lines += ["", f"With `--torchao-config {r['quantized']['torchao_config']}` (same sessions):", ""]
+        lines += throughput_rows(r["quantized"]["throughput"]["rows"])
     lines += ["", f"## Multi-session hit rate: {c['hit_docs']} documents of {c['hit_doc_tokens']} tokens, questions "
               "alternating between them", "",
               "llama.cpp reuses only its live context (one prompt per slot); with llama-cpp-python's "

@@ -38,8 +38,13 @@ def test_bench_sections_on_the_engine(engine):
     hits = results["multi_session"]["radixagent"]
     assert set(hits) == HIT_KEYS and hits["requests"] == cfg.hit_docs * 2 and hits["hit_rate"] > 0.3
     assert results["ratios"]["cached_ttft_vs_llama_cpp"] is None  # peers off: no ratio, no made-up number
+    quant = results["quantized"]  # the same sections again with int4 weights, from a second engine
+    assert quant["torchao_config"] == "int4wo-32" and set(quant["prefix_reuse"]) == REUSE_KEYS
+    assert quant["prefix_reuse"]["outputs_identical"] == 1.0
+    assert results["ratios"]["quantized_cached_ttft_vs_llama_cpp"] is None
     text = render_report(results)
-    assert "## Ratios and targets" in text and "| radixagent (ours) |" in text
+    assert "## Ratios and targets" in text and "| radixagent (ours), float32 |" in text
+    assert "| int4wo-32: single-stream decode" in text and "| radixagent (ours), int4wo-32 |" in text
     engine.check_integrity()
 
 
