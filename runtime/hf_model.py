@@ -45,13 +45,12 @@ class HFModel:
         from transformers import DynamicCache
 
         m, n, kv = seg.kv.length, len(seg.ids), seg.kv
-        cache = DynamicCache(ddp_cache_data=[(kv.k[i : i + 1, :, :m], kv.v[i : i + 1, :, :m])
-                                             for i in range(self.cfg.layers)]) if m else DynamicCache()
+        cache = DynamicCache(ddp_cache_data=[kv.layer(i, m) for i in range(self.cfg.layers)]) if m else DynamicCache()
         ids = torch.tensor([seg.ids], device=self.device)
         positions = torch.arange(m, m + n, device=self.device).unsqueeze(0)
         out = self.hf(input_ids=ids, cache=cache, position_ids=positions, use_cache=True)
         for i, layer in enumerate(cache.layers):  # the cache object is extended in place
-            kv.k[i, :, m : m + n] = layer.keys[0, :, m : m + n]
-            kv.v[i, :, m : m + n] = layer.values[0, :, m : m + n]
+            kv.k[m : m + n, i] = layer.keys[0, :, m : m + n].transpose(0, 1)
+            kv.v[m : m + n, i] = layer.values[0, :, m : m + n].transpose(0, 1)
         kv.length += n
         return out.logits[:, -1].float()

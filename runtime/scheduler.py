@@ -177,9 +177,7 @@ class Scheduler:
         capacity = len(req.input_ids) + req.params.max_new_tokens
         req.kv = SeqKV.empty(self.model.cfg, capacity, self.model.kv_dtype, self.model.device)
         if req.cached_len:
-            idx = torch.tensor(req.slots, device=self.model.device)
-            req.kv.k[:, :, : req.cached_len] = self.pool.k[:, idx].transpose(1, 2)
-            req.kv.v[:, :, : req.cached_len] = self.pool.v[:, idx].transpose(1, 2)
+            self.pool.read(req.slots, req.kv.k[: req.cached_len], req.kv.v[: req.cached_len])
             req.kv.length = req.cached_len
         req.slots += self._alloc(len(req.input_ids) - req.cached_len)
         self.running.append(req)
@@ -220,9 +218,7 @@ class Scheduler:
         present = self.cache.insert(key, req.slots[:upto], req.namespace, req.priority, req.session_id)
         adopted = req.slots[present:upto]
         if adopted:
-            idx = torch.tensor(adopted, device=self.model.device)
-            self.pool.k[:, idx] = req.kv.k[:, :, present:upto].transpose(1, 2)
-            self.pool.v[:, idx] = req.kv.v[:, :, present:upto].transpose(1, 2)
+            self.pool.write(adopted, req.kv.k[present:upto], req.kv.v[present:upto])
         self.pool.free(req.slots[req.tree_len : present])  # computed twice: keep the tree's copy
         match = self.cache.find_node(key, req.namespace)
         assert match.length == upto, "tree lost a just-inserted path"
