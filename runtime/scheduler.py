@@ -18,7 +18,7 @@ import torch
 
 from runtime.cache.kv_pool import KVPool
 from runtime.cache.radix import RadixCache
-from runtime.model import LlamaModel, Segment, SeqKV
+from runtime.model import LlamaModel, Segment, SpareBuffers
 from runtime.request import Request
 
 log = logging.getLogger("radixagent.scheduler")
@@ -58,6 +58,8 @@ class Scheduler:
         self.wake = threading.Event()
         self.closed = False
         self.stats = ServeStats()
+        # parked request buffers: at most half the pool's own size, and 1 GiB
+        self.buffers = SpareBuffers(model.cfg, model.kv_dtype, model.device, min(pool.capacity_bytes // 2, 2**30))
         self.thread = threading.Thread(target=self._loop, name="radixagent-scheduler", daemon=True)
         self.thread.start()
 
@@ -175,7 +177,7 @@ class Scheduler:
             self.cache.lock(match.node)
             req.slots = list(match.slots)
         capacity = len(req.input_ids) + req.params.max_new_tokens
-        req.kv = SeqKV.empty(self.model.cfg, capacity, self.model.kv_dtype, self.model.device)
+        req.kv = self.buffers.take(capacity)
         if req.cached_len:
             self.pool.read(req.slots, req.kv.k[: req.cached_len], req.kv.v[: req.cached_len])
             req.kv.length = req.cached_len
@@ -289,6 +291,7 @@ class Scheduler:
         self.pool.free(req.slots[req.tree_len :])
         if req.last_node is not None:
             self.cache.unlock(req.last_node)
+        self.buffers.give(req.kv)
         req.slots, req.kv, req.last_node = [], None, None
 
     def _fail_all(self, exc: BaseException) -> None:
