@@ -58,7 +58,7 @@ class ModelConfig:
         return 2 * self.layers * self.kv_heads * self.head_dim  # times the element size
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)  # buffers compare by identity (SpareBuffers removes them)
 class SeqKV:
     """One request's K/V, token-major like the pool: k: [capacity, layers, kv_heads, head_dim];
     the first `length` positions are filled."""

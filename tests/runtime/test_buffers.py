@@ -33,3 +33,11 @@ def test_tiny_requests_do_not_pin_huge_buffers_and_bytes_are_bounded():
     for b in buffers:
         bounded.give(b)
     assert bounded.parked == 2
+
+
+def test_take_picks_among_several_parked_buffers():
+    spare = SpareBuffers(TINY, torch.float32, "cpu", max_bytes=2**30)
+    small, large = spare.take(200), spare.take(500)
+    spare.give(small)
+    spare.give(large)
+    assert spare.take(400) is large and spare.take(100) is small
