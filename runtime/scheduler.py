@@ -152,7 +152,14 @@ class Scheduler:
             if self._shares_pending_prefix(req):
                 continue  # a running request is computing our prefix: start once it is published
             self.waiting.remove(req)
-            self._start(req)
+            self.running.append(req)  # from here on, a failure below is released like any finish
+            try:
+                self._start(req)
+            except Exception as exc:  # fail this request only; what it locked or took goes back
+                log.exception("request %s failed to start", req.rid)
+                req.error = exc
+                self._finish(req, {"type": "abort", "message": str(exc)})
+                continue
             reserved += self._footprint(req)
 
     def _shares_pending_prefix(self, req: Request) -> bool:
@@ -182,7 +189,6 @@ class Scheduler:
             self.pool.read(req.slots, req.kv.k[: req.cached_len], req.kv.v[: req.cached_len])
             req.kv.length = req.cached_len
         req.slots += self._alloc(len(req.input_ids) - req.cached_len)
-        self.running.append(req)
 
     def _alloc(self, n: int) -> list[int]:
         if n > self.pool.available:
@@ -283,15 +289,15 @@ class Scheduler:
 
     def _release(self, req: Request) -> None:
         """Give the computed KV to the tree (or back to the pool) and drop the lock."""
-        assert req.kv is not None
-        computed = req.kv.length
+        computed = req.kv.length if req.kv is not None else 0
         cached = self.cache_enabled and req.use_cache and req.finish_reason.get("type") != "abort"
         if cached and req.last_node is not None and computed > 0:
             self._publish(req, computed)
         self.pool.free(req.slots[req.tree_len :])
         if req.last_node is not None:
             self.cache.unlock(req.last_node)
-        self.buffers.give(req.kv)
+        if req.kv is not None:
+            self.buffers.give(req.kv)
         req.slots, req.kv, req.last_node = [], None, None
 
     def _fail_all(self, exc: BaseException) -> None:

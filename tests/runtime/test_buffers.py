@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from runtime.model import SpareBuffers
@@ -41,3 +42,22 @@ def test_take_picks_among_several_parked_buffers():
     spare.give(small)
     spare.give(large)
     assert spare.take(400) is large and spare.take(100) is small
+
+
+def test_a_request_that_fails_to_start_errors_and_the_engine_keeps_serving(engine, monkeypatch):
+    buffers = engine.scheduler.buffers
+    real_take = buffers.take
+
+    def broken(capacity):
+        monkeypatch.setattr(buffers, "take", real_take)  # fail once
+        raise RuntimeError("injected start failure")
+
+    ids = engine.tokenize("The injected failure test prompt, long enough to share a prefix with the next.")
+    params = {"temperature": 0, "max_new_tokens": 4}
+    engine.generate(input_ids=ids, sampling_params=params)  # cache the prompt: the failure happens with a lock held
+    monkeypatch.setattr(buffers, "take", broken)
+    with pytest.raises(RuntimeError, match="injected start failure"):
+        engine.generate(input_ids=ids, sampling_params=params)
+    again = engine.generate(input_ids=ids, sampling_params=params)
+    assert again["meta_info"]["cached_tokens"] == len(ids) - 1
+    engine.check_integrity()  # no leaked lock, no lost slot
