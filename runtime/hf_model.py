@@ -50,7 +50,7 @@ class HFModel:
         positions = torch.arange(m, m + n, device=self.device).unsqueeze(0)
         out = self.hf(input_ids=ids, cache=cache, position_ids=positions, use_cache=True)
         for i, layer in enumerate(cache.layers):  # the cache object is extended in place
-            kv.k[m : m + n, i] = layer.keys[0, :, m : m + n].transpose(0, 1)
-            kv.v[m : m + n, i] = layer.values[0, :, m : m + n].transpose(0, 1)
+            kv.k[i, :, m : m + n] = layer.keys[0, :, m : m + n]
+            kv.v[i, :, m : m + n] = layer.values[0, :, m : m + n]
         kv.length += n
         return out.logits[:, -1].float()

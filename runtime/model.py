@@ -60,7 +60,7 @@ class ModelConfig:
 
 @dataclass(slots=True, eq=False)  # buffers compare by identity (SpareBuffers removes them)
 class SeqKV:
-    """One request's K/V, token-major like the pool: k: [capacity, layers, kv_heads, head_dim];
+    """One request's K/V, laid out like the pool: k: [layers, kv_heads, capacity, head_dim];
     the first `length` positions are filled."""
 
     k: torch.Tensor
@@ -69,12 +69,12 @@ class SeqKV:
 
     @classmethod
     def empty(cls, cfg: ModelConfig, capacity: int, dtype: torch.dtype, device: str) -> SeqKV:
-        shape = (capacity, cfg.layers, cfg.kv_heads, cfg.head_dim)
+        shape = (cfg.layers, cfg.kv_heads, capacity, cfg.head_dim)
         return cls(torch.empty(shape, dtype=dtype, device=device), torch.empty(shape, dtype=dtype, device=device))
 
     @property
     def capacity(self) -> int:
-        return self.k.shape[0]
+        return self.k.shape[2]
 
     @property
     def nbytes(self) -> int:
@@ -82,7 +82,7 @@ class SeqKV:
 
     def layer(self, li: int, upto: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Layer li's first `upto` positions as [1, kv_heads, upto, head_dim] views (SDPA's layout)."""
-        return (self.k[:upto, li].transpose(0, 1).unsqueeze(0), self.v[:upto, li].transpose(0, 1).unsqueeze(0))
+        return self.k[li, :, :upto].unsqueeze(0), self.v[li, :, :upto].unsqueeze(0)
 
 
 class SpareBuffers:
@@ -240,8 +240,8 @@ class LlamaModel:
         outs, start = [], 0
         for s, n in zip(segments, lens, strict=True):
             m = s.kv.length  # tokens already in this request's buffer (prefix)
-            s.kv.k[m : m + n, li] = k[start : start + n]
-            s.kv.v[m : m + n, li] = v[start : start + n]
+            s.kv.k[li, :, m : m + n] = k[start : start + n].transpose(0, 1)
+            s.kv.v[li, :, m : m + n] = v[start : start + n].transpose(0, 1)
             qs = q[start : start + n].transpose(0, 1).unsqueeze(0).to(self.kv_dtype)  # [1, H, n, hd]
             ks, vs = s.kv.layer(li, m + n)  # [1, KVH, m+n, hd]
             mask = None
