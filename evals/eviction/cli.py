@@ -31,7 +31,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="small grid (8 and 64 sessions, 3 budgets)")
     p.add_argument("--real", action="store_true",
                    help="instead: the small `agents` run on the embedded engine with the real model "
-                        "(evals/eviction/real.py; --sessions N and --budgets F take their first value)")
+                        "(evals/eviction/real.py; --sessions N and --budgets F take their first value, --steps passes)")
     return p.parse_args(argv)
 
 
@@ -86,6 +86,8 @@ def _real(args: argparse.Namespace) -> int:
         forwarded += ["--budget", str(args.budgets[0])]
     if args.policies:
         forwarded += ["--policies", ",".join(args.policies)]
+    if args.steps:
+        forwarded += ["--steps", ",".join(map(str, args.steps))]
     return real.main(forwarded)
 
 

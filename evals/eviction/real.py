@@ -9,7 +9,16 @@ cache differs between policies. Session events (tool_wait with an expected-retur
 sometimes missing, abandon on rollback, close) go to every engine; only `session` reads them.
 
 Recomputed = prompt tokens not served from cache that an earlier request of the same run had
-already computed (its prompt + output shares that prefix), i.e. ideal hits minus real hits.
+already computed (its prompt + output shares that prefix), i.e. ideal hits minus real hits. It is
+the figure to compare: outputs are greedy and the order is fixed, so for `lru`, `lfu`, `slru` it
+is exactly reproducible, and for `session` it moves only where wall-clock tool-wait estimates
+flip a close decision; TTFT also carries the machine's load.
+
+Scale: 16 sessions by default. With 6 (the first version) the pool at 50% of the peak working set
+was barely more than the largest request (system + document + one session's context), so every
+policy evicted nearly everything before each request and the result hinged on whether the single
+document that fitted stayed: the policies tied on most seeds. With 16 sessions on 2 documents the
+pool holds both documents and a few sessions' contexts, which is where the order matters.
 
     python -m evals.eviction.real --out out/eviction-real      (or: radixagent eval-eviction --real)
 """
@@ -34,14 +43,14 @@ TOOLS = ("search", "run_code", "browse")
 
 @dataclass(frozen=True, slots=True)
 class RealConfig:
-    sessions: int = 6
+    sessions: int = 16
     steps: tuple[int, int] = (4, 5)
     documents: int = 2
     doc_words: int = 300  # ~330 tokens with the default tokenizer
     tool_words: tuple[int, int] = (30, 60)  # per tool result
     max_new_tokens: int = 4
     budget_fraction: float = 0.5
-    policies: tuple[str, ...] = ("lru", "slru", "session")
+    policies: tuple[str, ...] = ("lru", "lfu", "slru", "session")
     stagger: int = 2  # requests between session starts
     seed: int = 0
 
@@ -124,6 +133,13 @@ def peak_working_set(cfg: RealConfig, scripts: list[Script], order: list[tuple[i
     return peak, biggest
 
 
+def pool_tokens(cfg: RealConfig, peak: int, biggest: int) -> tuple[int, bool]:
+    """(KV pool size, whether it sits at the floor of one largest request, leaving no choice)."""
+    floor = biggest + 16
+    pool = int(cfg.budget_fraction * peak)
+    return max(pool, floor), pool <= floor
+
+
 def _lcp(a: list[int], b: list[int]) -> int:
     n = min(len(a), len(b))
     i = 0
@@ -185,7 +201,10 @@ def run(cfg: RealConfig, engine: Any | None = None, log=print) -> dict:
     try:
         scripts, order = plan(cfg, base.tokenize)
         peak, biggest = peak_working_set(cfg, scripts, order)
-        pool = max(int(cfg.budget_fraction * peak), biggest + 16)
+        pool, floored = pool_tokens(cfg, peak, biggest)
+        if floored:
+            log(f"warning: the pool ({pool} tokens) only holds the largest request ({biggest}): "
+                "no policy has a choice; use more sessions or a larger --budget")
         base.generate(input_ids=scripts[0].prefix[:64], sampling_params={"max_new_tokens": 1})  # warm-up
         rows = []
         for policy in cfg.policies:
@@ -199,7 +218,7 @@ def run(cfg: RealConfig, engine: Any | None = None, log=print) -> dict:
                 eng.shutdown()
             log(_row_line(rows[-1]))
         return {"config": asdict(cfg), "model": base.model_name, "peak_working_set": peak,
-                "largest_request": biggest, "pool_tokens": pool, "budget_definition":
+                "largest_request": biggest, "pool_tokens": pool, "pool_floored": floored, "budget_definition":
                 "KV pool = max(budget_fraction x peak working set, largest request + 16); peak working set "
                 "= most distinct tokens on live, non-abandoned contexts of open sessions (+ one output)",
                 "rows": rows}
@@ -217,7 +236,8 @@ def _row_line(r: dict) -> str:
 def report(results: dict) -> str:
     lines = [f"Model {results['model']}; {results['config']['sessions']} sessions, "
              f"{results['rows'][0]['requests']} requests; peak working set {results['peak_working_set']} tokens, "
-             f"pool {results['pool_tokens']} tokens.", "",
+             f"pool {results['pool_tokens']} tokens (largest request {results['largest_request']}"
+             f"{'; floored: no policy has a choice' if results.get('pool_floored') else ''}).", "",
              "| policy | prompt tokens | cached | hit rate | recomputed | TTFT p50 (ms) | TTFT mean (ms) |",
              "|---|---|---|---|---|---|---|"]
     for r in results["rows"]:
@@ -233,13 +253,15 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--sessions", type=int, default=default.sessions)
     p.add_argument("--budget", type=float, default=default.budget_fraction, help="fraction of peak working set")
     p.add_argument("--policies", default=",".join(default.policies))
+    p.add_argument("--steps", default=",".join(map(str, default.steps)), help="MIN,MAX steps per session")
     p.add_argument("--seed", type=int, default=0)
     return p.parse_args(argv)
 
 
 def main(argv: list[str]) -> int:
     args = parse(argv)
-    cfg = RealConfig(sessions=args.sessions, budget_fraction=args.budget, seed=args.seed,
+    lo, hi = (int(x) for x in args.steps.split(","))
+    cfg = RealConfig(sessions=args.sessions, budget_fraction=args.budget, seed=args.seed, steps=(lo, hi),
                      policies=tuple(p for p in args.policies.split(",") if p))
     results = run(cfg)
     args.out.mkdir(parents=True, exist_ok=True)

@@ -5,12 +5,13 @@ be read and evicts the farthest first, like an online approximation of Belady's 
 
 - tier 0 (dead): every session that ran through the node is closed, or abandoned that branch
   (rolled back past it). Evicted first, least recently used first.
-- tier 1 (live), ordered by -(estimated seconds to the next read), where per session:
-  in flight or resumed -> 0; waiting on a tool with an expected return still ahead -> the time
-  left (a time-to-live protection that lapses when it runs out); otherwise -> the time since its
-  last activity (so idle sessions go by recency). A node takes the soonest of its live sessions,
-  divided by a sharing factor that grows with the number of live sessions using it and, for
-  shared prefixes, with its recompute cost (length).
+- tier 1 (live), ordered by -(estimated seconds to the next read), where per session
+  (`SessionRegistry.gap`): in flight or resumed -> 0; idle -> the time since its last activity
+  (so idle sessions go by recency); waiting on a tool -> the time left to the hint's deadline while
+  it lies ahead (a time-to-live protection that lapses when it runs out), else recency, blended
+  with what finished waits taught in proportion to how many of them the estimate rests on. A node
+  takes the soonest of its live sessions, divided by a sharing factor that grows with the number
+  of live sessions using it and, for shared prefixes, with its recompute cost (length).
 - A node with no session information at all gets `last_access_time - now`: with no sessions
   anywhere, the order is exactly LRU's.
 

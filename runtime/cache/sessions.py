@@ -79,19 +79,31 @@ class ResidualModel:
 
     def residual(self, elapsed: float) -> float | None:
         """None while there are too few samples or none ran longer than `elapsed`."""
+        found = self.estimate(elapsed)
+        return None if found is None else found[0]
+
+    def estimate(self, elapsed: float) -> tuple[float, int] | None:
+        """(mean residual life at `elapsed`, how many samples it rests on: those longer than
+        `elapsed`), or None like `residual`. Past the bulk of the samples the support is a handful
+        of waits, and the estimate is only as good as they are."""
         ordered = self._sorted
         n = len(ordered)
         if n < self.min_samples:
             return None
         i = bisect.bisect_right(ordered, elapsed)
-        return None if i == n else self._suffix[i] / (n - i) - elapsed
+        return None if i == n else (self._suffix[i] / (n - i) - elapsed, n - i)
 
 
 class SessionRegistry:
     """Open sessions by id. A closed session is forgotten: nodes that only it used become dead."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic, prior_weight: float = 16.0) -> None:
+        if prior_weight < 0:
+            raise ValueError("prior_weight must be >= 0")
         self.clock = clock
+        #: credibility of the no-model guess (TTL left, else recency), in samples: a learned
+        #: estimate resting on n past waits gets weight n / (n + prior_weight)
+        self.prior_weight = prior_weight
         self._states: dict[str, SessionState] = {}
         self._abandoned: dict[int, set[str]] = {}  # node id -> sessions that abandoned it
         #: learned from finished tool waits: durations without a hint, actual/expected ratios with one
@@ -187,13 +199,13 @@ class SessionRegistry:
                 self._abandoned.setdefault(node.id, set()).add(sid)
                 state.abandoned_nodes.append(node.id)
 
-    def _residual_wait(self, tool: str, elapsed: float) -> float | None:
+    def _residual_wait(self, tool: str, elapsed: float) -> tuple[float, int] | None:
         model = self.waits.get(tool)
-        left = model.residual(elapsed) if model is not None else None
-        if left is None and tool:
+        found = model.estimate(elapsed) if model is not None else None
+        if found is None and tool:
             model = self.waits.get("")
-            left = model.residual(elapsed) if model is not None else None
-        return left
+            found = model.estimate(elapsed) if model is not None else None
+        return found
 
     # ---- reads (the eviction policy) ----------------------------------------------------
     def get(self, session_id: str) -> SessionState | None:
@@ -211,28 +223,45 @@ class SessionRegistry:
     def gap(self, session_id: str, now: float) -> float | None:
         """Estimated seconds until this session next reads the cache; None if it is not open.
 
-        In flight or resumed: 0. Waiting on a tool: the expected time left, from the hint and
-        what past waits taught (how long hinted waits really took relative to their hint, how
-        long unhinted waits took), given how long this one has lasted; before enough waits were
-        seen, the hint's deadline (a time-to-live). Otherwise (idle, or the estimate ran out):
-        the time since its last activity, which makes idle sessions order exactly by recency.
+        In flight or resumed: 0. Idle: the time since its last activity, which makes idle
+        sessions order exactly by recency. Waiting on a tool: start from the guess that needs no
+        learning, the prior: the time left to the hint's deadline while it lies ahead (a
+        time-to-live), else the time since its last activity (recency, as when idle). Then blend
+        in what past waits taught, each estimate of the expected time left given how long this
+        wait has lasted (from how long hinted waits really took relative to their hint, and how
+        long waits on this tool took) weighted by credibility: an estimate resting on n past
+        waits that ran longer than this one counts n / (n + prior_weight), the prior the rest.
+        Without that weighting a wait that has outlasted nearly every past wait would be judged
+        by the one or two longer ones and look about to return (a mean residual life read off
+        a sparse tail); on plain chat think times this reordered idle sessions against recency
+        and lost to LRU.
         """
         state = self._states.get(session_id)
         if state is None:
             return None
         if state.in_flight or state.resumed:
             return 0.0
-        if state.waiting and state.wait_started is not None:
-            elapsed = now - state.wait_started
-            if state.hint:
-                left = self.hint_ratios.residual(elapsed / state.hint)
-                if left is not None:
-                    prior = self._residual_wait(state.tool, elapsed) if state.tool else None
-                    return left * state.hint if prior is None else (left * state.hint + prior) / 2
-            elif state.hint is None:
-                left = self._residual_wait(state.tool, elapsed)
-                if left is not None:
-                    return left
-            if state.deadline is not None and state.deadline > now:
-                return state.deadline - now
-        return max(0.0, now - state.last_activity)
+        if not state.waiting or state.wait_started is None:
+            return max(0.0, now - state.last_activity)
+        deadline = state.deadline
+        prior = (
+            deadline - now if deadline is not None and deadline > now else max(0.0, now - state.last_activity)
+        )
+        elapsed, k = now - state.wait_started, self.prior_weight
+        if state.hint:
+            ratio = self.hint_ratios.estimate(elapsed / state.hint)
+            if ratio is None:
+                return prior
+            left, n = ratio
+            gap = (n * left * state.hint + k * prior) / (n + k)
+            tool = self._residual_wait(state.tool, elapsed) if state.tool else None
+            if tool is None:
+                return gap
+            left, n = tool
+            return (gap + (n * left + k * prior) / (n + k)) / 2
+        if state.hint is None:
+            tool = self._residual_wait(state.tool, elapsed)
+            if tool is not None:
+                left, n = tool
+                return (n * left + k * prior) / (n + k)
+        return prior

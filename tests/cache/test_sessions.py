@@ -64,3 +64,33 @@ def test_residual_model() -> None:
     assert m.residual(0.0) == (1 + 3 + 10) / 3
     assert m.residual(5.0) == 5.0
     assert m.residual(20.0) is None
+    assert m.estimate(5.0) == (5.0, 1)  # resting on the single wait longer than 5 s
+    assert m.estimate(0.0) == ((1 + 3 + 10) / 3, 3)
+
+
+def test_sparse_tail_estimate_defers_to_recency() -> None:
+    """A wait that outlasted all but one past wait is not judged by that one wait alone."""
+    clock = Clock()
+    reg = SessionRegistry(clock=clock)
+    for _ in range(40):  # 41 finished unhinted waits: 40 took 2 s, then one took 31 s
+        reg.on_request("w")
+        reg.on_request_done("w")
+        reg.on_event("w", "tool_wait", expected_s=None)
+        clock.t += 2.0
+    reg.on_request("w")
+    reg.on_request_done("w")
+    reg.on_event("w", "tool_wait", expected_s=None)
+    clock.t += 31.0
+    reg.on_request("w")
+    reg.on_request_done("w")
+    for sid, waited in (("long", 30.0), ("fresh", 0.5)):
+        reg.on_request(sid)
+        reg.on_request_done(sid)
+        reg.on_event(sid, "tool_wait", expected_s=None)
+        reg.get(sid).wait_started = reg.get(sid).last_activity = clock.t - waited
+    assert reg.waits[""].residual(30.0) == 1.0  # the raw estimate: back in 1 s
+    long_gap, fresh_gap = reg.gap("long", clock.t), reg.gap("fresh", clock.t)
+    assert long_gap == (1 * 1.0 + 16 * 30.0) / (1 + 16)  # mostly the prior: 30 s since its last activity
+    assert fresh_gap < long_gap  # so, as by recency, the fresh wait is kept and the long one goes first
+    reg.prior_weight = 0.0  # the raw estimate would have protected the overdue wait instead
+    assert reg.gap("long", clock.t) == 1.0 < reg.gap("fresh", clock.t)
