@@ -143,6 +143,14 @@ def render_report(r: dict[str, Any], gpu: dict[str, Any] | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _summary(path: Path) -> str:
+    """The report's own `Summary:` line, if it has one (those reports are written by hand)."""
+    for line in path.read_text().splitlines():
+        if line.startswith("Summary:"):
+            return ": " + line.removeprefix("Summary:").strip()
+    return ""
+
+
 def write_report(results: dict[str, Any], out: Path, gpu: dict[str, Any] | None = None) -> None:
     text = render_report(results, gpu)
     if "agent_suites" in results:
@@ -151,7 +159,7 @@ def write_report(results: dict[str, Any], out: Path, gpu: dict[str, Any] | None 
         text += "\n" + markdown_section(results["agent_suites"]) + "\n"
     others = sorted(out.parent.glob("benchmarks-*.md"))
     if others:  # measured by their own commands (eval-eviction, eval-cluster, stress)
-        text += "\n## Measured by other commands\n\n" + "".join(f"- [{p.name}]({p.name})\n" for p in others)
+        text += "\n## Measured by other commands\n\n" + "".join(f"- [{p.name}]({p.name}){_summary(p)}\n" for p in others)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text)
 
