@@ -97,9 +97,17 @@ class ResidualModel:
 class SessionRegistry:
     """Open sessions by id. A closed session is forgotten: nodes that only it used become dead."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic, prior_weight: float = 16.0) -> None:
-        if prior_weight < 0:
-            raise ValueError("prior_weight must be >= 0")
+    #: sessions opened between sweeps for idle ones; tool names with a wait model of their own
+    SWEEP_EVERY, MAX_TOOLS = 256, 256
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic, prior_weight: float = 16.0,
+                 idle_timeout_s: float = 3600.0) -> None:
+        if prior_weight < 0 or idle_timeout_s <= 0:
+            raise ValueError("prior_weight must be >= 0 and idle_timeout_s > 0")
+        #: a session silent this long with nothing in flight is closed (clients that never send
+        #: `close` must not grow the registry forever); its next request reopens it
+        self.idle_timeout_s = idle_timeout_s
+        self._opened_since_sweep = 0
         self.clock = clock
         #: credibility of the no-model guess (TTL left, else recency), in samples: a learned
         #: estimate resting on n past waits gets weight n / (n + prior_weight)
@@ -163,9 +171,22 @@ class SessionRegistry:
 
     def _open(self, session_id: str) -> SessionState:
         now = self.clock()
+        self._opened_since_sweep += 1
+        if self._opened_since_sweep >= self.SWEEP_EVERY:
+            self.expire_idle(now)
         state = SessionState(session_id=session_id, opened_at=now, last_activity=now)
         self._states[session_id] = state
         return state
+
+    def expire_idle(self, now: float) -> int:
+        """Close sessions idle past `idle_timeout_s` (nothing in flight, no tool deadline ahead)."""
+        self._opened_since_sweep = 0
+        stale = [s for s in self._states.values()
+                 if not s.in_flight and now - s.last_activity > self.idle_timeout_s
+                 and (s.deadline is None or s.deadline < now)]  # fmt: skip
+        for state in stale:
+            self._close(state)
+        return len(stale)
 
     def _end_wait(self, state: SessionState) -> None:
         if state.wait_started is None:
@@ -175,7 +196,8 @@ class SessionRegistry:
             self.hint_ratios.add(took / state.hint)
         if state.hint is None or state.tool:
             for name in {state.tool, ""}:
-                self.waits.setdefault(name, ResidualModel()).add(took)
+                if not name or name in self.waits or len(self.waits) < self.MAX_TOOLS:  # client names: bounded
+                    self.waits.setdefault(name, ResidualModel()).add(took)
         state.wait_started = state.hint = None
 
     def _close(self, state: SessionState) -> None:

@@ -94,3 +94,34 @@ def test_sparse_tail_estimate_defers_to_recency() -> None:
     assert fresh_gap < long_gap  # so, as by recency, the fresh wait is kept and the long one goes first
     reg.prior_weight = 0.0  # the raw estimate would have protected the overdue wait instead
     assert reg.gap("long", clock.t) == 1.0 < reg.gap("fresh", clock.t)
+
+
+def test_idle_sessions_expire_and_tool_models_are_bounded() -> None:
+    now = [0.0]
+    reg = SessionRegistry(clock=lambda: now[0], idle_timeout_s=100.0)
+    reg.on_request("busy")  # in flight: never expires
+    reg.on_event("quiet", "open")
+    reg.on_event("waiting", "open")
+    reg.on_event("waiting", "tool_wait", expected_s=500.0)  # deadline still ahead at t=150
+    now[0] = 150.0
+    assert reg.expire_idle(now[0]) == 1
+    assert not reg.is_open("quiet") and reg.is_open("busy") and reg.is_open("waiting")
+    reg.on_request("quiet")  # a request reopens an expired session
+    assert reg.is_open("quiet")
+    for i in range(SessionRegistry.MAX_TOOLS + 10):
+        sid = f"t{i}"
+        reg.on_event(sid, "open")
+        reg.on_event(sid, "tool_wait", tool=f"tool-{i}")
+        reg.on_request(sid)
+    assert len(reg.waits) == SessionRegistry.MAX_TOOLS
+    assert "" in reg.waits
+
+
+def test_opening_many_sessions_sweeps_the_idle_ones() -> None:
+    now = [0.0]
+    reg = SessionRegistry(clock=lambda: now[0], idle_timeout_s=10.0)
+    for i in range(SessionRegistry.SWEEP_EVERY - 1):
+        reg.on_event(f"old{i}", "open")
+    now[0] = 60.0
+    reg.on_event("new", "open")  # the 256th open sweeps
+    assert len(reg) == 1 and reg.is_open("new")
