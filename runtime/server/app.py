@@ -32,7 +32,49 @@ def create_app(engine: Any, server_args: ServerArgs | None = None) -> FastAPI:
         app.include_router(debug_router(state))
     if args.api_key is not None:
         app.add_middleware(ApiKeyMiddleware, api_key=args.api_key)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=args.max_request_bytes)  # outermost: runs first
     return app
+
+
+class BodyLimitMiddleware:
+    """413 for request bodies over `max_bytes`, declared (Content-Length) or streamed (chunked),
+    before any route parses them: one huge body must not take the server's memory."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app, self.max_bytes = app, max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None:
+            if declared.isdigit() and int(declared) > self.max_bytes:
+                await self._refuse(scope, receive, send)
+                return
+            await self.app(scope, receive, send)
+            return
+        # no declared length: read (at most max_bytes + 1) first, then replay it to the app
+        messages, total = [], 0
+        while True:
+            message = await receive()
+            messages.append(message)
+            total += len(message.get("body", b""))
+            if total > self.max_bytes:
+                await self._refuse(scope, receive, send)
+                return
+            if message["type"] != "http.request" or not message.get("more_body"):
+                break
+
+        async def replay() -> Any:
+            return messages.pop(0) if messages else await receive()
+
+        await self.app(scope, replay, send)
+
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
+        response = error_response(413, f"request body over {self.max_bytes} bytes (--max-request-bytes)",
+                                  "invalid_request_error")  # fmt: skip
+        await response(scope, receive, send)
 
 
 class ApiKeyMiddleware:

@@ -27,6 +27,8 @@ class ServerArgs:
     log_level: str = "info"
     #: worker threads for blocking engine calls (each in-flight request or stream step holds one)
     max_threads: int = 64
+    #: larger request bodies get 413 before they are parsed
+    max_request_bytes: int = 32 * 2**20
 
     def __post_init__(self) -> None:
         if not 0 <= self.port < 65536:
@@ -35,6 +37,8 @@ class ServerArgs:
             raise ValueError(f"log_level must be one of {LOG_LEVELS}")
         if self.api_key == "":
             raise ValueError("api_key must not be empty (omit it to disable auth)")
+        if self.max_request_bytes < 1024:
+            raise ValueError("max_request_bytes must be >= 1024")
         if self.max_threads < 1:
             raise ValueError("max_threads must be >= 1")
 
@@ -87,6 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="serve GET /debug/integrity (cache invariants and lock counts; not for untrusted clients)",
     )
     p.add_argument("--log-level", default="info", choices=LOG_LEVELS)
+    p.add_argument("--max-request-bytes", type=int, default=32 * 2**20,
+                   help="request bodies over this many bytes get HTTP 413")
     return p
 
 
@@ -125,4 +131,5 @@ def server_args(ns: argparse.Namespace) -> ServerArgs:
         enable_debug_endpoints=ns.enable_debug_endpoints,
         served_model_name=ns.served_model_name,
         log_level=ns.log_level,
+        max_request_bytes=ns.max_request_bytes,
     )

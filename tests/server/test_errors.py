@@ -88,3 +88,29 @@ def test_require_cache_salt(secured_server) -> None:
     assert "cache_salt" in _error(_post(secured_server.url, "/generate", json=body, headers=good), 400)
     r = _post(secured_server.url, "/generate", json={**body, "cache_salt": "tenant-a"}, headers=good)
     assert r.status_code == 200, r.text
+
+
+def test_oversized_bodies_get_413_declared_or_chunked(engine):
+    from server_util import LiveServer
+
+    from runtime.server import ServerArgs, create_app
+
+    with LiveServer(create_app(engine, ServerArgs(max_request_bytes=4096))) as live:
+        big = {"text": "x" * 5000, "sampling_params": {"max_new_tokens": 1}}
+        assert "4096 bytes" in _error(_post(live.url, "/generate", json=big), 413)
+
+        def chunks():
+            yield b'{"text": "'
+            for _ in range(10):
+                yield b"y" * 1000
+            yield b'"}'
+
+        r = httpx.post(live.url + "/generate", content=chunks(), headers={"content-type": "application/json"})
+        assert "4096 bytes" in _error(r, 413)
+
+        def small():
+            yield b'{"text": "Hi", "sampling_params": {"max_new_tokens": 2}}'
+
+        ok = httpx.post(live.url + "/generate", content=small(), headers={"content-type": "application/json"},
+                        timeout=60)  # fmt: skip
+        assert ok.status_code == 200 and ok.json()["meta_info"]["completion_tokens"] == 2
