@@ -2,13 +2,16 @@
 
 Workload (agent-like, plain backend calls): S concurrent sessions share one long document head; each
 session makes `steps` model calls whose prompt is the head + the session's growing log (task, the
-model's previous outputs, a tool result), sleeping a seeded "tool wait" between calls. Greedy,
+model's previous outputs, a tool result), sleeping a seeded "tool wait" (uniform in `--tool-wait
+MIN,MAX` seconds) between calls. Greedy,
 small `max_new_tokens`. Every request carries its session id (body `session_id` + the
 `X-SMG-Routing-Key` header our SGLang backend adds); only the router policy differs per mode:
 
 - `round_robin`, `cache_aware`: the router ignores the header.
-- `session` ("cache-aware + session affinity"): sglang-router's `manual` policy, sticky by routing key,
-  new keys to the worker with the fewest active keys (`--assignment-mode min_group`).
+- `session` ("cache-aware + session affinity"): sticky by routing key, new keys to the worker with
+  the fewest active keys (`--assignment-mode min_group`). On smg (`--router smg`, what `auto` picks
+  when installed) that is `--policy cache_aware --routing-key-override`; on sglang-router 0.3.2 its
+  `manual` policy. The eval's requests all carry a key, so the two behave alike here.
 - `single` (baseline): one worker with the cluster's total KV budget.
 
 The workers stay up across modes (their caches are flushed, the router is replaced), so the numbers
@@ -45,7 +48,16 @@ import httpx
 import numpy as np
 
 from evals.metrics import percentile
-from runtime.cluster import Cluster, ClusterConfig, router_available
+from runtime.cluster import (
+    ROUTERS,
+    Cluster,
+    ClusterConfig,
+    ClusterError,
+    policy_flags,
+    resolve_router,
+    router_available,
+    router_version,
+)
 
 ROUTED_MODES = ("round_robin", "cache_aware", "session")
 LABELS = {
@@ -53,6 +65,11 @@ LABELS = {
     "cache_aware": "cache_aware",
     "session": "cache-aware + session affinity (manual, X-SMG-Routing-Key)",
     "single": "single worker, same total KV",
+}
+#: the `session` label per router (LABELS["session"] is sglang-router's)
+SESSION_LABELS = {
+    "sglang-router": LABELS["session"],
+    "smg": "cache-aware + session affinity (cache_aware + routing-key override, X-SMG-Routing-Key)",
 }
 
 
@@ -72,6 +89,9 @@ class Workload:
     def __post_init__(self) -> None:
         if not 1 <= self.workers <= 8 or self.sessions < 1 or self.steps < 1:
             raise ValueError("need 1-8 workers, >= 1 session, >= 1 step")
+        lo, hi = self.tool_wait_s
+        if not 0 <= lo <= hi:
+            raise ValueError(f"tool waits need 0 <= MIN <= MAX seconds, got {lo},{hi}")
 
 
 @dataclass(slots=True)
@@ -200,6 +220,10 @@ def run_mode(cluster: Cluster, w: Workload, mode: str, say: Any, calls_out: Any 
     calls.sort(key=lambda c: c.sent)
     mismatches = account_calls(calls, tokenize(cluster.worker_urls[0], [c.prompt for c in calls]))
     row = summarize(mode, calls, wall, workers)
+    kind = cluster.resolve_router()
+    if mode == "session":
+        row["label"] = SESSION_LABELS[kind]
+    row["router_flags"] = list(policy_flags(cluster.config.policy, kind))
     row["tokenize_mismatches"] = mismatches
     if calls_out is not None:
         for c in calls:
@@ -246,12 +270,12 @@ def summarize(mode: str, calls: list[Call], wall: float, workers: list[dict[str,
 
 
 def run_all(
-    w: Workload, modes: list[str], log_dir: Path, say: Any, calls_out: Any = None
+    w: Workload, modes: list[str], log_dir: Path, say: Any, calls_out: Any = None, router: str = "auto"
 ) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     routed = [m for m in modes if m in ROUTED_MODES]
     if routed:
-        cfg = ClusterConfig(workers=w.workers, policy=routed[0], log_dir=str(log_dir / "cluster"),
+        cfg = ClusterConfig(workers=w.workers, policy=routed[0], router=router, log_dir=str(log_dir / "cluster"),
                             worker_args=("--max-total-tokens", str(w.kv_per_worker)))  # fmt: skip
         say(f"starting {w.workers} workers x {w.kv_per_worker} KV tokens ...")
         with Cluster(cfg) as cluster:
@@ -260,7 +284,7 @@ def run_all(
                     cluster.restart_router(mode)
                 rows.append(run_mode(cluster, w, mode, say, calls_out))
     if "single" in modes:
-        cfg = ClusterConfig(workers=1, policy="round_robin", log_dir=str(log_dir / "single"),
+        cfg = ClusterConfig(workers=1, policy="round_robin", router=router, log_dir=str(log_dir / "single"),
                             worker_args=("--max-total-tokens", str(w.kv_per_worker * w.workers)),
                             threads_per_worker=None)  # fmt: skip
         say(f"starting the single-worker baseline ({w.kv_per_worker * w.workers} KV tokens) ...")
@@ -288,17 +312,21 @@ def verdict(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def report(w: Workload, rows: list[dict[str, Any]], checks: dict[str, Any], quick: bool, router: str) -> str:
+    """`router`: the router and its version as run, e.g. "smg 1.13.0"."""
     lines = [
         "# Cluster routing: round_robin vs cache_aware vs session affinity", "",
-        f"{w.workers} `radixagent serve` workers x {w.kv_per_worker} KV tokens behind sglang-router {router}; "
+        f"{w.workers} `radixagent serve` workers x {w.kv_per_worker} KV tokens behind {router}; "
         f"{w.sessions} concurrent sessions x {w.steps} steps sharing one {w.doc_sentences}-sentence document, "
-        f"{w.tool_lines}-line tool results, tool waits {w.tool_wait_s[0]}-{w.tool_wait_s[1]} s, greedy, "
+        f"{w.tool_lines}-line tool results, tool waits uniform in {w.tool_wait_s[0]}-{w.tool_wait_s[1]} s, greedy, "
         f"max_new_tokens {w.max_new_tokens}, seed {w.seed}.",
     ]  # fmt: skip
     if quick:
         lines.append("**Quick run** on a small CPU machine (2 cores shared): small model, few sessions; "
                      "TTFT is dominated by CPU contention between the workers, hit rates and recomputed "
                      "tokens are the meaningful numbers.")  # fmt: skip
+    flags = {r["mode"]: " ".join(r["router_flags"]) for r in rows if r.get("router_flags")}
+    if flags:
+        lines += ["", "Router flags per mode: " + "; ".join(f"{m}: `{f}`" for m, f in flags.items()) + "."]
     lines += [
         "",
         "- **recomputed**: prompt tokens not served from cache that a request completed before this one "
@@ -381,20 +409,43 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--quick", action="store_true", help="2 workers x 16 sessions x 4 steps (small CPU machines)"
     )
     p.add_argument("--tool-lines", type=int, default=1, help="lines per tool result (~30 tokens each)")
+    p.add_argument("--tool-wait", type=_wait_range, default=(0.2, 1.0), metavar="MIN,MAX",
+                   help="seconds each session sleeps after a call (its tool running), uniform in "
+                        "[MIN, MAX]; default 0.2,1.0")  # fmt: skip
+    p.add_argument("--router", default="auto", choices=("auto", *ROUTERS),
+                   help="router package; auto: smg if installed, else sglang-router")  # fmt: skip
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="results/cluster")
     return p.parse_args(argv)
 
 
+def _wait_range(text: str) -> tuple[float, float]:
+    """`MIN,MAX` (or one number for a fixed wait) -> (min, max) seconds."""
+    try:
+        parts = [float(x) for x in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected MIN,MAX seconds, got {text!r}") from None
+    if len(parts) == 1:
+        parts *= 2
+    if len(parts) != 2 or not 0 <= parts[0] <= parts[1]:
+        raise argparse.ArgumentTypeError(f"expected MIN,MAX seconds with 0 <= MIN <= MAX, got {text!r}")
+    return parts[0], parts[1]
+
+
 def main(argv: list[str] | None = None) -> int:
     ns = parse(argv)
-    if not router_available():
-        print("radixagent eval-cluster: needs sglang-router (pip install sglang-router)", file=sys.stderr)
+    try:
+        kind = resolve_router(ns.router)
+    except ClusterError as exc:
+        print(f"radixagent eval-cluster: {exc}", file=sys.stderr)
+        return 2
+    if not router_available(kind):
+        print(f"radixagent eval-cluster: needs {kind} (pip install {kind})", file=sys.stderr)
         return 2
     if ns.quick:
         ns.workers, ns.sessions, ns.steps = 2, 16, 4
     w = Workload(workers=ns.workers, sessions=ns.sessions, steps=ns.steps, kv_per_worker=ns.kv_per_worker,
-                 tool_lines=ns.tool_lines, seed=ns.seed)  # fmt: skip
+                 tool_lines=ns.tool_lines, tool_wait_s=ns.tool_wait, seed=ns.seed)  # fmt: skip
     out = Path(ns.out)
     out.mkdir(parents=True, exist_ok=True)
     lock = threading.Lock()
@@ -412,25 +463,16 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     with open(out / "calls.jsonl", "w") as calls_out:
-        rows = run_all(w, modes, out / "logs", say, calls_out)
+        rows = run_all(w, modes, out / "logs", say, calls_out, router=kind)
     checks = verdict(rows)
-    router = _router_version()
-    results = {"workload": asdict(w), "quick": ns.quick, "router": f"sglang-router {router}", "rows": rows,
-               "checks": checks}  # fmt: skip
+    router = f"{kind} {router_version(kind)}"
+    results = {"workload": asdict(w), "quick": ns.quick, "router": router, "router_package": kind,
+               "tool_wait_s": list(w.tool_wait_s), "rows": rows, "checks": checks}  # fmt: skip
     (out / "results.json").write_text(json.dumps(results, indent=2))
     (out / "report.md").write_text(report(w, rows, checks, ns.quick, router))
     plot(rows, out / "cluster.png")
     say(f"wrote {out}/results.json, report.md, cluster.png, calls.jsonl; checks {checks}")
     return 0
-
-
-def _router_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("sglang-router")
-    except PackageNotFoundError:
-        return "?"
 
 
 if __name__ == "__main__":

@@ -1,14 +1,22 @@
-"""`radixagent cluster`: N local `radixagent serve` workers behind sglang-router, on loopback.
+"""`radixagent cluster`: N local `radixagent serve` workers behind SGLang's router, on loopback.
 
 `Cluster` (a context manager) starts each worker as its own process with its own KV budget on a
-random free port, waits until every worker answers /health, then starts the router
-(`python -m sglang_router.launch_router`) and waits until it reports every worker healthy.
-Leaving the context stops the router first, then the workers (SIGTERM to each process group,
-SIGKILL after a grace period), so no process outlives it.
+random free port, waits until every worker answers /health, then starts the router and waits until
+it reports every worker healthy. Leaving the context stops the router first, then the workers
+(SIGTERM to each process group, SIGKILL after a grace period), so no process outlives it.
 
-Routing policies are the router's own (`--policy`), plus `session`: the router's `manual` policy
-(sticky `X-SMG-Routing-Key` -> worker, new keys to the worker with the fewest keys), which is what
-our SGLang backend sends as the session id. See docs/cluster.md.
+Two routers, the same gateway under two package names (`ClusterConfig.router`, `--router`):
+- `smg` (Shepherd Model Gateway, `pip install smg`, `python -m smg.launch_router`), the maintained
+  successor; `auto` prefers it when it is installed.
+- `sglang-router` 0.3.x (`python -m sglang_router.launch_router`), its last release under the old name.
+
+Routing policies are the router's own (`--policy`), plus `session`, which keeps one agent session on
+one worker by the `X-SMG-Routing-Key` header our SGLang backend fills with the session id:
+- on smg: `--policy cache_aware --routing-key-override --assignment-mode min_group`: keyed requests
+  are sticky (a new key goes to the worker with the fewest keys), key-less requests are routed
+  cache-aware;
+- on sglang-router: its `manual` policy with `min_group`; key-less requests go to a random worker.
+See docs/cluster.md.
 """
 
 from __future__ import annotations
@@ -28,7 +36,12 @@ from typing import Any
 
 import httpx
 
-#: our policy name -> sglang-router flags (sglang-router 0.3.x choices, plus `session`)
+#: the routers `Cluster` can start, preferred first (what `router="auto"` picks)
+ROUTERS: tuple[str, ...] = ("smg", "sglang-router")
+#: router (its package name on the index) -> the module that launches it (`python -m ...`)
+ROUTER_MODULES: dict[str, str] = {"smg": "smg.launch_router", "sglang-router": "sglang_router.launch_router"}
+
+#: our policy name -> sglang-router 0.3.x flags (its choices, plus `session`)
 POLICIES: dict[str, tuple[str, ...]] = {
     "cache_aware": ("--policy", "cache_aware"),
     "round_robin": ("--policy", "round_robin"),
@@ -37,7 +50,18 @@ POLICIES: dict[str, tuple[str, ...]] = {
     "manual": ("--policy", "manual"),
     "session": ("--policy", "manual", "--assignment-mode", "min_group"),
 }
-ROUTER_MODULE = "sglang_router.launch_router"
+#: our policy name -> smg 1.x flags. `session`: sticky by routing key on top of cache_aware, so
+#: requests without a key keep cache-aware routing (sglang-router's `manual` sends them anywhere).
+SMG_POLICIES: dict[str, tuple[str, ...]] = {
+    **POLICIES,
+    "least_load": ("--policy", "least_load"),
+    "consistent_hashing": ("--policy", "consistent_hashing"),
+    "prefix_hash": ("--policy", "prefix_hash"),
+    "session": ("--policy", "cache_aware", "--routing-key-override", "--assignment-mode", "min_group"),
+}
+ROUTER_POLICIES: dict[str, dict[str, tuple[str, ...]]] = {"smg": SMG_POLICIES, "sglang-router": POLICIES}
+ALL_POLICIES: tuple[str, ...] = tuple(sorted(set(POLICIES) | set(SMG_POLICIES)))
+INSTALL_HINT = "pip install smg==1.13.0 (or sglang-router==0.3.2)"
 
 
 class ClusterError(RuntimeError):
@@ -51,9 +75,11 @@ class ClusterConfig:
     port: int = 0
     host: str = "127.0.0.1"
     policy: str = "cache_aware"
+    #: "auto" (smg if installed, else sglang-router), "smg" or "sglang-router"
+    router: str = "auto"
     #: extra `radixagent serve` flags for every worker (e.g. ("--max-total-tokens", "8192"))
     worker_args: tuple[str, ...] = ()
-    #: extra sglang-router flags
+    #: extra router flags
     router_args: tuple[str, ...] = ()
     #: torch threads per worker; None: the machine's cores split between the workers
     threads_per_worker: int | None = None
@@ -64,8 +90,9 @@ class ClusterConfig:
     def __post_init__(self) -> None:
         if self.workers < 1:
             raise ValueError(f"workers must be >= 1, got {self.workers}")
-        if self.policy not in POLICIES:
-            raise ValueError(f"unknown policy {self.policy!r}; known: {sorted(POLICIES)}")
+        if self.router != "auto" and self.router not in ROUTERS:
+            raise ValueError(f"unknown router {self.router!r}; known: auto, {', '.join(ROUTERS)}")
+        check_policy(self.policy, self.router)
         if not 0 <= self.port < 65536:
             raise ValueError(f"port must be in [0, 65535], got {self.port}")
         if self.host not in ("127.0.0.1", "localhost", "::1"):
@@ -97,6 +124,8 @@ class Cluster:
     workers: list[Proc] = field(default_factory=list)
     router: Proc | None = None
     log_dir: Path = field(default_factory=lambda: Path(tempfile.gettempdir()))
+    #: the router in use ("smg" or "sglang-router"): `config.router` with "auto" resolved
+    router_kind: str = ""
 
     @property
     def url(self) -> str:
@@ -108,6 +137,16 @@ class Cluster:
     def worker_urls(self) -> list[str]:
         return [w.url for w in self.workers]
 
+    def resolve_router(self) -> str:
+        """`config.router` with "auto" resolved (once); ClusterError when no router is installed."""
+        if not self.router_kind:
+            self.router_kind = resolve_router(self.config.router)
+            try:
+                check_policy(self.config.policy, self.router_kind)
+            except ValueError as exc:
+                raise ClusterError(str(exc)) from None
+        return self.router_kind
+
     def __enter__(self) -> Cluster:
         self.start()
         return self
@@ -117,6 +156,9 @@ class Cluster:
 
     # ---- lifecycle ----------------------------------------------------------------------------
     def start(self) -> None:
+        kind = self.resolve_router()
+        if not router_available(kind):
+            raise ClusterError(f"router {kind!r} is not installed in {sys.executable}: {INSTALL_HINT}")
         log_dir = Path(self.config.log_dir or tempfile.mkdtemp(prefix="radixagent-cluster-"))
         log_dir.mkdir(parents=True, exist_ok=True)
         self.log_dir = log_dir
@@ -145,17 +187,21 @@ class Cluster:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 p.popen.wait(timeout=5)
 
-    def restart_router(self, policy: str) -> None:
-        """Swap the router for one with `policy`, keeping the workers (and their caches) up."""
-        if policy not in POLICIES:
-            raise ValueError(f"unknown policy {policy!r}; known: {sorted(POLICIES)}")
+    def restart_router(self, policy: str, router: str | None = None) -> None:
+        """Swap the router for one with `policy` (and `router`, default the same), keeping the workers
+        (and their caches) up."""
+        kind = resolve_router(router) if router else self.resolve_router()
+        check_policy(policy, kind)
+        if not router_available(kind):
+            raise ClusterError(f"router {kind!r} is not installed in {sys.executable}: {INSTALL_HINT}")
         if self.router is not None:
             _signal_group(self.router.popen, signal.SIGTERM)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.router.popen.wait(timeout=10)
             _signal_group(self.router.popen, signal.SIGKILL)
             self.router.popen.wait(timeout=5)
-        self.config = replace(self.config, policy=policy)
+        self.config = replace(self.config, policy=policy, router=kind)
+        self.router_kind = kind
         port = int(self.router.url.rsplit(":", 1)[1]) if self.router else self.config.port
         self.router = self._spawn("router", self._router_cmd, self.log_dir, port=port)
         _wait_http(self.router, "/workers", time.monotonic() + 120, self._all_registered)
@@ -207,9 +253,11 @@ class Cluster:
                 "--log-level", "warning", *args]  # fmt: skip
 
     def _router_cmd(self, port: int) -> list[str]:
+        """The same flags on both routers (smg kept sglang-router's names), except the policy's."""
+        kind = self.resolve_router()
         return [
-            sys.executable, "-m", ROUTER_MODULE, "--host", self.config.host, "--port", str(port),
-            "--worker-urls", *self.worker_urls, *POLICIES[self.config.policy],
+            sys.executable, "-m", ROUTER_MODULES[kind], "--host", self.config.host, "--port", str(port),
+            "--worker-urls", *self.worker_urls, *ROUTER_POLICIES[kind][self.config.policy],
             "--prometheus-host", self.config.host, "--prometheus-port", str(free_port(self.config.host)),
             "--health-check-interval-secs", "1", "--health-failure-threshold", "2",
             "--shutdown-grace-period-secs", "2", "--log-level", "warn", *self.config.router_args,
@@ -222,11 +270,59 @@ class Cluster:
         return sum(bool(w.get("is_healthy")) for w in workers) == self.config.workers
 
 
-def router_available() -> bool:
-    """True when the sglang-router package (the `sglang_router` module) is installed."""
+def router_available(router: str = "auto") -> bool:
+    """True when `router` ("smg", "sglang-router"; "auto": either) can be launched with this Python.
+
+    Looks for the launcher module, not a console script: sglang-router 0.3.2 also installs a
+    command named `smg`, so `which smg` does not tell the two packages apart.
+    """
     import importlib.util
 
-    return importlib.util.find_spec("sglang_router") is not None
+    if router == "auto":
+        return any(router_available(r) for r in ROUTERS)
+    module = ROUTER_MODULES.get(router)
+    if module is None:
+        return False
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # the parent package is missing or broken
+        return False
+
+
+def resolve_router(router: str = "auto") -> str:
+    """The router to launch: "auto" -> the first installed of ROUTERS (smg, then sglang-router)."""
+    if router != "auto":
+        if router not in ROUTERS:
+            raise ValueError(f"unknown router {router!r}; known: auto, {', '.join(ROUTERS)}")
+        return router
+    for r in ROUTERS:
+        if router_available(r):
+            return r
+    raise ClusterError(f"no router installed in {sys.executable}: {INSTALL_HINT}")
+
+
+def check_policy(policy: str, router: str = "auto") -> None:
+    """ValueError unless `router` ("auto": any router) has `policy`."""
+    known = ALL_POLICIES if router == "auto" else tuple(sorted(ROUTER_POLICIES[router]))
+    if policy not in known:
+        where = "any router" if router == "auto" else router
+        raise ValueError(f"unknown policy {policy!r} for {where}; known: {', '.join(known)}")
+
+
+def router_version(router: str) -> str:
+    """The installed version of `router`'s package, or "?"."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(router)
+    except PackageNotFoundError:
+        return "?"
+
+
+def policy_flags(policy: str, router: str) -> tuple[str, ...]:
+    """The router flags our `policy` maps to on `router` (resolved: "smg" or "sglang-router")."""
+    check_policy(policy, router)
+    return ROUTER_POLICIES[router][policy]
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -259,14 +355,18 @@ def _wait_http(proc: Proc, path: str, deadline: float, ready: Any) -> None:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="radixagent cluster",
-        description="Start N local `radixagent serve` workers and sglang-router on loopback; Ctrl-C stops all.",
+        description="Start N local `radixagent serve` workers and a router (smg or sglang-router) on "
+        "loopback; Ctrl-C stops all.",
     )
     p.add_argument(
         "--workers", type=int, default=2, help="number of workers (each its own process and KV pool)"
     )
     p.add_argument("--port", type=int, default=30000, help="router port on 127.0.0.1")
-    p.add_argument("--policy", default="cache_aware", choices=sorted(POLICIES),
-                   help="router policy; `session` = sticky X-SMG-Routing-Key (our backend's session id)")  # fmt: skip
+    p.add_argument("--policy", default="cache_aware", choices=ALL_POLICIES,
+                   help="router policy; `session` = sticky X-SMG-Routing-Key (our backend's session id), "
+                        "key-less requests cache-aware on smg, random on sglang-router")  # fmt: skip
+    p.add_argument("--router", default="auto", choices=("auto", *ROUTERS),
+                   help="which router package to launch; auto: smg if installed, else sglang-router")  # fmt: skip
     p.add_argument(
         "--max-total-tokens", type=int, default=None, help="KV pool size of EACH worker, in tokens"
     )
@@ -275,9 +375,7 @@ def build_parser() -> argparse.ArgumentParser:
         default="",
         help='extra `radixagent serve` flags, e.g. "--radix-eviction-policy session"',
     )
-    p.add_argument(
-        "--router-args", default="", help='extra sglang-router flags, e.g. "--cache-threshold 0.5"'
-    )
+    p.add_argument("--router-args", default="", help='extra router flags, e.g. "--cache-threshold 0.5"')
     p.add_argument("--threads-per-worker", type=int, default=None)
     p.add_argument("--log-dir", default=None, help="process logs (default: a temporary folder)")
     return p
@@ -290,7 +388,7 @@ def config_from_args(ns: argparse.Namespace) -> ClusterConfig:
     if ns.max_total_tokens is not None:
         worker_args += ["--max-total-tokens", str(ns.max_total_tokens)]
     return ClusterConfig(
-        workers=ns.workers, port=ns.port, policy=ns.policy, worker_args=tuple(worker_args),
+        workers=ns.workers, port=ns.port, policy=ns.policy, router=ns.router, worker_args=tuple(worker_args),
         router_args=tuple(shlex.split(ns.router_args)), threads_per_worker=ns.threads_per_worker,
         log_dir=ns.log_dir,
     )  # fmt: skip
@@ -298,20 +396,23 @@ def config_from_args(ns: argparse.Namespace) -> ClusterConfig:
 
 def main(argv: list[str] | None = None) -> int:
     ns = build_parser().parse_args(argv)
-    if not router_available():
-        print("radixagent cluster: needs sglang-router (pip install sglang-router)", file=sys.stderr)
+    if not router_available(ns.router):
+        what = "a router" if ns.router == "auto" else ns.router
+        print(f"radixagent cluster: needs {what} ({INSTALL_HINT})", file=sys.stderr)
         return 2
     try:
         config = config_from_args(ns)
-    except ValueError as exc:
+        cluster = Cluster(config)
+        kind = cluster.resolve_router()
+    except (ValueError, ClusterError) as exc:
         print(f"radixagent cluster: {exc}", file=sys.stderr)
         return 2
     signal.signal(signal.SIGTERM, _raise_interrupt)
-    cluster = Cluster(config)
+    about = f"{kind} {router_version(kind)}, policy {config.policy}: {' '.join(policy_flags(config.policy, kind))}"
     try:
-        print(f"starting {config.workers} workers (policy {config.policy}) ...", file=sys.stderr, flush=True)
+        print(f"starting {config.workers} workers ({about}) ...", file=sys.stderr, flush=True)
         cluster.start()
-        print(f"router  {cluster.url}  (policy {config.policy})", flush=True)
+        print(f"router  {cluster.url}  ({about})", flush=True)
         for w in cluster.workers:
             print(f"{w.name:<7} {w.url}  log {w.log}", flush=True)
         print("Ctrl-C stops the router and all workers.", file=sys.stderr, flush=True)

@@ -3,9 +3,9 @@
 Requests stream (`stream: true`) so that TTFT is the arrival time of the first chunk; the last
 chunk carries the full text (SGLang streams cumulative text) and `meta_info.cached_tokens`.
 
-Session affinity behind sglang-router: a request with a `session_id` carries it in the
-`X-SMG-Routing-Key` header, which the router's `manual` policy maps to one worker for the
-session's life (servers and other router policies ignore the header). See docs/cluster.md.
+Session affinity behind SGLang's router: a request with a `session_id` carries it in the
+`X-SMG-Routing-Key` header, which smg (`--routing-key-override`, on any policy) or sglang-router
+(`manual` policy) maps to one worker for the session's life; servers ignore it. See docs/cluster.md.
 """
 
 from __future__ import annotations

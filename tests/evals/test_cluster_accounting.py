@@ -83,10 +83,37 @@ def test_round_robin_recomputes_previous_steps_affinity_does_not() -> None:
     s_zero = {**s, "recomputed_prefill_tokens": 0}
     assert verdict([rr, s_zero])["recompute_reduction_vs_round_robin"] is None
     assert verdict([rr, s_zero])["meets_1_5x_fewer_recomputed"]
-    text = report(Workload(), [rr, s], checks, quick=True, router="0.3.2")
+    text = report(Workload(), [rr, s], checks, quick=True, router="sglang-router 0.3.2")
     assert "| recomputed prefill | new prompt | uncached prompt |" in text
+    assert "behind sglang-router 0.3.2;" in text and "tool waits uniform in 0.2-1.0 s" in text
 
 
 def test_token_count_mismatch_is_reported() -> None:
     calls = [_call(0, 0, DOC, 0, 0.0, 1.0)]
     assert account_calls(calls, [DOC + [1]]) == 1
+
+
+def test_tool_wait_and_router_flags() -> None:
+    import argparse
+
+    import pytest
+
+    from evals.cluster import SESSION_LABELS, _wait_range, parse
+
+    assert _wait_range("5,15") == (5.0, 15.0)
+    assert _wait_range("2") == (2.0, 2.0)
+    for bad in ("15,5", "-1,2", "a,b", "1,2,3"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            _wait_range(bad)
+    ns = parse(["--tool-wait", "5,15", "--router", "smg"])
+    assert ns.tool_wait == (5.0, 15.0) and ns.router == "smg"
+    assert parse([]).tool_wait == (0.2, 1.0) and parse([]).router == "auto"
+    with pytest.raises(ValueError):
+        Workload(tool_wait_s=(2.0, 1.0))
+    w = Workload(tool_wait_s=(5.0, 15.0))
+    row = {**summarize("session", [_call(0, 0, DOC, 0, 0.0, 1.0)], 1.0, [{"url": "w", "requests": 1,
+           "evicted_tokens": 0}]), "label": SESSION_LABELS["smg"],
+           "router_flags": ["--policy", "cache_aware", "--routing-key-override"]}  # fmt: skip
+    text = report(w, [row], {}, quick=False, router="smg 1.13.0")
+    assert "behind smg 1.13.0;" in text and "tool waits uniform in 5.0-15.0 s" in text
+    assert "session: `--policy cache_aware --routing-key-override`" in text
