@@ -144,11 +144,13 @@ def render_report(r: dict[str, Any], gpu: dict[str, Any] | None = None) -> str:
 
 
 def _summary(path: Path) -> str:
-    """The report's own `Summary:` line, if it has one (those reports are written by hand)."""
-    for line in path.read_text().splitlines():
-        if line.startswith("Summary:"):
-            return ": " + line.removeprefix("Summary:").strip()
-    return ""
+    """The report's own `Summary:` paragraph, if it has one (those reports are written by hand)."""
+    text = path.read_text()
+    start = text.find("\nSummary:")
+    if start < 0:
+        return ""
+    paragraph = text[start + len("\nSummary:") :].split("\n\n", 1)[0]
+    return ": " + " ".join(paragraph.split())
 
 
 def write_report(results: dict[str, Any], out: Path, gpu: dict[str, Any] | None = None) -> None:
