@@ -50,7 +50,7 @@ class EngineConfig:
         if self.dtype not in DTYPES:
             problems.append(f"dtype must be one of {DTYPES}")
         if self.torchao_config is not None:
-            problems += self._torchao_problems()
+            problems += torchao_problems(self.torchao_config, self.device, self.dtype)
         if self.context_length is not None and self.context_length < 2:
             problems.append("context_length must be >= 2")
         if self.num_threads is not None and self.num_threads < 1:
@@ -65,15 +65,16 @@ class EngineConfig:
             raise ValueError("invalid engine config: " + "; ".join(problems))
 
 
-    def _torchao_problems(self) -> list[str]:
-        if self.torchao_config not in TORCHAO_CONFIGS:
-            return [f"torchao_config must be one of {TORCHAO_CONFIGS}"]
-        if self.device != "cpu":
-            return [f"torchao_config {self.torchao_config} is implemented for the CPU engine only; on a GPU "
-                    "run SGLang with the same --torchao-config (radixagent launch-sglang)"]
-        if self.dtype != "bfloat16":
-            return [f"torchao_config {self.torchao_config} runs bfloat16 activations: dtype must be bfloat16"]
-        return []
+def torchao_problems(config: str, device: str, dtype: str) -> list[str]:
+    """Why a weight-only quantization setting cannot run (empty: it can). Shared with runtime/quant.py."""
+    if config not in TORCHAO_CONFIGS:
+        return [f"torchao_config must be one of {TORCHAO_CONFIGS}"]
+    if device != "cpu":
+        return [f"torchao_config {config} is implemented for the CPU engine only; on a GPU "
+                "run SGLang with the same --torchao-config (radixagent launch-sglang)"]
+    if dtype != "bfloat16":
+        return [f"torchao_config {config} runs bfloat16 activations: dtype must be bfloat16"]
+    return []
 
 
 def derive_pool_size(bytes_per_token: int, context_length: int, mem_fraction: float) -> int:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from runtime.config import TORCHAO_CONFIGS
+from runtime.config import torchao_problems
 
 
 class QuantizationError(ValueError):
@@ -106,21 +106,11 @@ class WeightFormat:
     torchao_config: str | None = None
 
     def __post_init__(self) -> None:
-        if self.torchao_config is None:
-            return
-        if self.torchao_config not in TORCHAO_CONFIGS:
-            raise QuantizationError(
-                f"torchao_config must be one of {TORCHAO_CONFIGS}, not {self.torchao_config!r}"
-            )
-        if self.device != "cpu":
-            raise QuantizationError(
-                f"{self.torchao_config} is implemented for the CPU engine; on a GPU run SGLang with "
-                f"--torchao-config {self.torchao_config} (radixagent launch-sglang)"
-            )
-        if self.dtype != torch.bfloat16:
-            raise QuantizationError(
-                f"{self.torchao_config} runs with bfloat16 activations: use dtype bfloat16"
-            )
+        if self.torchao_config is not None:
+            dtype = str(self.dtype).removeprefix("torch.")
+            problems = torchao_problems(self.torchao_config, self.device, dtype)
+            if problems:
+                raise QuantizationError(problems[0])
 
     def linear(self, w: torch.Tensor, bias: torch.Tensor | None = None) -> Linear:
         cfg = self.torchao_config
