@@ -223,22 +223,22 @@ def test_openai_backend_retries_5xx_and_drops_but_not_4xx() -> None:
         finally:
             backend.close()
     assert done.text == "hello world" and done.cached_tokens == 3 and len(srv.requests) == 4
-    with FlakyServer([400, 503]) as srv:
-        backend = OpenAIBackend(srv.url, model="m", timeout_s=CLIENT_TIMEOUT_S, max_attempts=4)
+    error, calls = _openai_failure([400, 503], attempts=4)
+    assert error.status == 400 and not error.retryable and calls == 1
+    error, calls = _openai_failure([503] * 10, attempts=2)
+    assert error.status == 503 and error.retryable and calls == 2
+
+
+def _openai_failure(faults: list[Any], attempts: int) -> tuple[BackendError, int]:
+    """The error OpenAIBackend.generate ends with against scripted faults, and the requests it made."""
+    with FlakyServer(faults) as srv:
+        backend = OpenAIBackend(srv.url, model="m", timeout_s=CLIENT_TIMEOUT_S, max_attempts=attempts)
         try:
             with pytest.raises(BackendError) as info:
                 backend.generate("hi")
         finally:
             backend.close()
-    assert info.value.status == 400 and not info.value.retryable and len(srv.requests) == 1
-    with FlakyServer([503] * 10) as srv:
-        backend = OpenAIBackend(srv.url, model="m", timeout_s=CLIENT_TIMEOUT_S, max_attempts=2)
-        try:
-            with pytest.raises(BackendError) as info:
-                backend.generate("hi")
-        finally:
-            backend.close()
-    assert info.value.status == 503 and info.value.retryable and len(srv.requests) == 2
+    return info.value, len(srv.requests)
 
 
 # ---- the agent's trace survives a crash mid-run ----------------------------------------------------
