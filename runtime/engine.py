@@ -23,6 +23,7 @@ from runtime.model import SUPPORTED, LlamaModel, ModelConfig
 from runtime.request import Request
 from runtime.sampling import Sampler, SamplingParams
 from runtime.scheduler import Scheduler
+from runtime.threads import in_fresh_thread
 
 log = logging.getLogger("radixagent.engine")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -34,14 +35,17 @@ class Engine:
         if self.config.num_threads:
             torch.set_num_threads(self.config.num_threads)
         started = time.perf_counter()
-        loaded = model_files.load(self.config.model_path, torch.float32)
-        model = self._build_model(loaded)
-        self._assemble(model, loaded.tokenizer, loaded.path, loaded.name, self._eos_ids(loaded))
+        in_fresh_thread(self._load)  # keeps the caller's thread free of an OpenMP pool (runtime/threads.py)
         log.info("engine ready in %.1fs: %s, %s%s, pool %d tokens (%.0f MiB), policy %s, cache %s",
                  time.perf_counter() - started, self.model_name, self.config.dtype,
                  f" {self.config.torchao_config}" if self.config.torchao_config else "", self.pool.size,
                  self.pool.capacity_bytes / 2**20, self.config.radix_eviction_policy,
                  "off" if self.config.disable_radix_cache else "on")
+
+    def _load(self) -> None:
+        loaded = model_files.load(self.config.model_path, torch.float32)
+        model = self._build_model(loaded)
+        self._assemble(model, loaded.tokenizer, loaded.path, loaded.name, self._eos_ids(loaded))
 
     def _build_model(self, loaded: model_files.LoadedModel) -> LlamaModel | HFModel:
         dtype, device = DTYPES[self.config.dtype], self.config.device
@@ -63,7 +67,7 @@ class Engine:
         engine = object.__new__(cls)
         engine.config = EngineConfig(device=str(model.device), dtype=dtype, served_model_name=name,
                                      torchao_config=getattr(model, "torchao_config", None), **config)
-        engine._assemble(model, tokenizer, f"built:{name}", name, set(eos_ids or ()))
+        in_fresh_thread(lambda: engine._assemble(model, tokenizer, f"built:{name}", name, set(eos_ids or ())))
         return engine
 
     def sibling(self, **overrides: Any) -> Engine:
@@ -74,7 +78,8 @@ class Engine:
                                  "cannot change")
         other = object.__new__(Engine)
         other.config = replace(self.config, **overrides)
-        other._assemble(self.model, self.tokenizer, self.model_path, self.model_name, self.eos_ids)
+        in_fresh_thread(lambda: other._assemble(self.model, self.tokenizer, self.model_path, self.model_name,
+                                                self.eos_ids))
         return other
 
     def _assemble(self, model: LlamaModel | HFModel, tokenizer: Any, path: str, name: str, eos_ids: set[int]) -> None:

@@ -221,6 +221,7 @@ class LlamaModel:
         ids = torch.tensor([t for s in segments for t in s.ids], device=self.device)
         pos = torch.cat([torch.arange(s.kv.length, s.kv.length + len(s.ids)) for s in segments]).to(self.device)
         cos, sin = self.cos[pos].unsqueeze(1), self.sin[pos].unsqueeze(1)  # [N, 1, hd]
+        views = [_Views.of(s.kv, n, self.device) for s, n in zip(segments, lens, strict=True)]
         x = self._embed(ids)  # [N, hidden]
         qd, kd = cfg.heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim
         for li, layer in enumerate(self.layers):
@@ -228,7 +229,7 @@ class LlamaModel:
             qk = self._rope(h[:, : qd + kd].view(-1, cfg.heads + cfg.kv_heads, cfg.head_dim), cos, sin)
             q, k = qk[:, : cfg.heads], qk[:, cfg.heads :]  # rotated together: half the ops
             v = h[:, qd + kd :].view(-1, cfg.kv_heads, cfg.head_dim)
-            attn = self._attend(li, segments, lens, q, k, v)  # [N, qd]
+            attn = self._attend(li, views, lens, q, k, v)  # [N, qd]
             x = x + layer.o(attn)
             gate, up = layer.gate_up(self._rms(x, layer.ln2)).chunk(2, dim=-1)
             x = x + layer.down(F.silu(gate) * up)
@@ -237,18 +238,37 @@ class LlamaModel:
         last = torch.tensor(lens, device=self.device).cumsum(0) - 1
         return self.lm_head(self._rms(x[last], self.norm)).float()
 
-    def _attend(self, li: int, segments: list[Segment], lens: list[int], q, k, v) -> torch.Tensor:
-        outs, start = [], 0
-        for s, n in zip(segments, lens, strict=True):
-            m = s.kv.length  # tokens already in this request's buffer (prefix)
-            s.kv.k[li, :, m : m + n] = k[start : start + n].transpose(0, 1)
-            s.kv.v[li, :, m : m + n] = v[start : start + n].transpose(0, 1)
-            qs = q[start : start + n].transpose(0, 1).unsqueeze(0).to(self.kv_dtype)  # [1, H, n, hd]
-            ks, vs = s.kv.layer(li, m + n)  # [1, KVH, m+n, hd]
-            mask = None
-            if n > 1:  # query i sees the prefix and new tokens <= i (bottom-right aligned causal)
-                mask = torch.arange(m + n, device=self.device)[None, :] <= (m + torch.arange(n, device=self.device))[:, None]
-            o = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=mask, enable_gqa=True)
-            outs.append(o[0].transpose(0, 1).reshape(n, -1).to(self.dtype))
-            start += n
-        return outs[0] if len(outs) == 1 else torch.cat(outs)
+    def _attend(self, li: int, views: list[_Views], lens: list[int], q, k, v) -> torch.Tensor:
+        # Per request and layer this is a few ops on views prepared once per step: with several
+        # requests in a step, per-op overhead here outweighed the attention arithmetic (measured).
+        qs, ks, vs = q.to(self.kv_dtype).split(lens), k.split(lens), v.split(lens)
+        outs = []
+        for vw, n, qi, ki, vi in zip(views, lens, qs, ks, vs, strict=True):
+            vw.k_new[li].copy_(ki.transpose(0, 1))
+            vw.v_new[li].copy_(vi.transpose(0, 1))
+            # [n, H, hd] -> [1, H, n, hd]; for one token that is a view
+            qi = qi.view(1, -1, 1, qi.shape[-1]) if n == 1 else qi.transpose(0, 1).unsqueeze(0)
+            o = F.scaled_dot_product_attention(qi, vw.k[li], vw.v[li], attn_mask=vw.mask, enable_gqa=True)
+            outs.append(o.view(1, -1) if n == 1 else o[0].transpose(0, 1).reshape(n, -1))
+        return (outs[0] if len(outs) == 1 else torch.cat(outs)).to(self.dtype)
+
+
+@dataclass(frozen=True, slots=True)
+class _Views:
+    """One request's per-layer K/V views for a step: what attention reads ([1, KVH, m+n, hd],
+    prefix plus new tokens) and where the n new tokens go ([KVH, n, hd])."""
+
+    k: tuple[torch.Tensor, ...]
+    v: tuple[torch.Tensor, ...]
+    k_new: tuple[torch.Tensor, ...]
+    v_new: tuple[torch.Tensor, ...]
+    mask: torch.Tensor | None  # None for one new token: it sees everything
+
+    @classmethod
+    def of(cls, kv: SeqKV, n: int, device: str) -> _Views:
+        m = kv.length  # tokens already in this request's buffer (prefix)
+        mask = None
+        if n > 1:  # query i sees the prefix and new tokens <= i (bottom-right aligned causal)
+            mask = torch.arange(m + n, device=device)[None, :] <= (m + torch.arange(n, device=device))[:, None]
+        return cls(kv.k[:, :, : m + n].unsqueeze(1).unbind(0), kv.v[:, :, : m + n].unsqueeze(1).unbind(0),
+                   kv.k[:, :, m : m + n].unbind(0), kv.v[:, :, m : m + n].unbind(0), mask)

@@ -2,7 +2,8 @@
 every running request (decode tokens plus prefill chunks), sample, and release finished ones.
 
 Only the worker thread touches the tree, the pool and running requests, always under
-`self.lock`; other threads enqueue requests and read events.
+`self.lock`; other threads enqueue requests and read events. The worker exits after
+`IDLE_EXIT_S` without work and the next submit starts a new one (see runtime/threads.py).
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ log = logging.getLogger("radixagent.scheduler")
 
 #: shared uncached tokens worth waiting for instead of computing them twice
 MIN_SHARED_PREFIX = 32
+#: an idle worker thread exits (freeing its OpenMP pool) after this long; restarting costs ~0.2 ms
+IDLE_EXIT_S = 1.0
 
 
 def _common_prefix(a: list[int], b: list[int]) -> int:
@@ -60,15 +63,31 @@ class Scheduler:
         self.stats = ServeStats()
         # parked request buffers: at most half the pool's own size, and 1 GiB
         self.buffers = SpareBuffers(model.cfg, model.kv_dtype, model.device, min(pool.capacity_bytes // 2, 2**30))
-        self.thread = threading.Thread(target=self._loop, name="radixagent-scheduler", daemon=True)
-        self.thread.start()
+        self._worker_lock = threading.Lock()  # guards starting and retiring the worker thread
+        self.thread: threading.Thread | None = None
 
     # ---- called from client threads ---------------------------------------------------
     def submit(self, req: Request) -> None:
         """Never takes the step lock: a client arriving mid-forward must not wait for (or be
         starved by) the loop, which re-takes that lock between steps."""
         self.inbox.put(req)
+        self._ensure_worker()
         self.wake.set()
+
+    def _ensure_worker(self) -> None:
+        with self._worker_lock:
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._loop, name="radixagent-scheduler", daemon=True)
+                self.thread.start()
+
+    def _retire_if_idle(self) -> bool:
+        """Called by the worker after IDLE_EXIT_S without a wake-up. A submit racing with this either
+        lands in the inbox before the check (the worker stays) or finds no thread and starts one."""
+        with self._worker_lock:
+            if self.closed or not self.inbox.empty() or self.waiting or self.running:
+                return False
+            self.thread = None
+            return True
 
     @property
     def queued(self) -> int:
@@ -76,8 +95,11 @@ class Scheduler:
 
     def close(self) -> None:
         self.closed = True
+        self._ensure_worker()  # the worker fails whatever is still queued, then exits
         self.wake.set()
-        self.thread.join(timeout=30)
+        thread = self.thread
+        if thread is not None:
+            thread.join(timeout=30)
 
     def in_flight_slots(self) -> list[int]:
         """Slots owned by running requests and not yet by the tree (integrity checks)."""
@@ -86,7 +108,8 @@ class Scheduler:
     # ---- the loop ---------------------------------------------------------------------
     def _loop(self) -> None:
         while True:
-            self.wake.wait()
+            if not self.wake.wait(IDLE_EXIT_S) and self._retire_if_idle():
+                return
             with self.lock:
                 self.wake.clear()
                 self._drain_inbox()

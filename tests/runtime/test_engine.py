@@ -197,3 +197,52 @@ def test_fanout_computes_shared_prefix_once(engine):
         sibling.check_integrity()
     finally:
         sibling.shutdown()
+
+
+def test_idle_worker_exits_and_restarts_with_cache_intact(engine, monkeypatch):
+    """The scheduler thread retires when idle (so idle engines hold no OpenMP pool) and the next
+    request starts a new one: the tree, the pool and the results carry over."""
+    import time
+
+    from runtime import scheduler
+
+    monkeypatch.setattr(scheduler, "IDLE_EXIT_S", 0.05)
+    sibling = engine.sibling(max_total_tokens=1024)
+    try:
+        ids = list(range(900, 1000))
+        first = sibling.generate(input_ids=ids, sampling_params={"temperature": 0, "max_new_tokens": 3})
+        deadline = time.monotonic() + 10
+        while sibling.scheduler.thread is not None:
+            assert time.monotonic() < deadline, "idle worker never retired"
+            time.sleep(0.02)
+        second = sibling.generate(input_ids=ids, sampling_params={"temperature": 0, "max_new_tokens": 3})
+        assert second["output_ids"] == first["output_ids"]
+        assert second["meta_info"]["cached_tokens"] == len(ids) - 1
+        sibling.check_integrity()
+    finally:
+        sibling.shutdown()
+    assert sibling.scheduler.thread is None or not sibling.scheduler.thread.is_alive()
+
+
+def test_weights_and_pool_are_built_off_the_callers_thread(engine, monkeypatch):
+    """Torch work on the caller's thread would leave it an OpenMP pool that throttles the
+    scheduler's (runtime/threads.py): the engine builds its model and pool in a helper thread."""
+    from runtime import engine as engine_module
+
+    seen: list[str] = []
+    real = engine_module.Engine._assemble
+
+    def spy(self, *args, **kwargs):
+        seen.append(threading.current_thread().name)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(engine_module.Engine, "_assemble", spy)
+    engine.sibling(max_total_tokens=64).shutdown()
+    assert len(seen) == 1 and seen[0].startswith("radixagent-load")
+
+    def broken(*args, **kwargs):
+        raise OSError("no such model file")
+
+    monkeypatch.setattr(engine_module.model_files, "load", broken)
+    with pytest.raises(OSError, match="no such model file"):  # the helper thread's error reaches the caller
+        engine_module.Engine()
