@@ -27,6 +27,9 @@ log = logging.getLogger("radixagent.scheduler")
 
 #: shared uncached tokens worth waiting for instead of computing them twice
 MIN_SHARED_PREFIX = 32
+#: longest-prefix-first ordering sorts at most this many waiting requests (beyond: arrival order),
+#: as SGLang's LPM policy does: a tree walk per waiting request per step must stay cheap
+LPM_MAX_QUEUE = 128
 #: an idle worker thread exits (freeing its OpenMP pool) after this long; restarting costs ~0.2 ms
 IDLE_EXIT_S = 1.0
 
@@ -163,7 +166,7 @@ class Scheduler:
 
     def _admit(self) -> None:
         reserved = sum(self._footprint(r) for r in self.running)
-        for req in list(self.waiting):
+        for req in self._admission_order():
             if len(self.running) >= self.max_running:
                 return
             if req.aborted:
@@ -184,6 +187,18 @@ class Scheduler:
                 self._finish(req, {"type": "abort", "message": str(exc)})
                 continue
             reserved += self._footprint(req)
+
+    def _admission_order(self) -> list[Request]:
+        """Longest cached prefix first (SGLang's LPM), ties in arrival order: a request whose
+        prefix is in the tree runs before that prefix can be evicted, and costs little to start."""
+        waiting = list(self.waiting)
+        if not self.cache_enabled or not 1 < len(waiting) <= LPM_MAX_QUEUE:
+            return waiting
+
+        def cached(req: Request) -> int:
+            return self.cache.cached_length(req.input_ids[:-1], req.namespace) if req.use_cache else 0
+
+        return sorted(waiting, key=lambda r: -cached(r))  # sorted() is stable
 
     def _shares_pending_prefix(self, req: Request) -> bool:
         """True when a still-prefilling request covers a long uncached prefix of `req` (forks,

@@ -137,6 +137,20 @@ class RadixCache:
             node, pos = child, pos + n
         return MatchResult(slots, node)
 
+    def cached_length(self, key: Sequence[int], namespace: str = "") -> int:
+        """How many leading tokens of `key` the tree holds; changes nothing (scheduling peeks)."""
+        node, pos = self.root(namespace), 0
+        while pos < len(key):
+            child = node.children.get(key[pos])
+            if child is None:
+                break
+            n = _common_len(child.key, key[pos : pos + len(child.key)])
+            pos += n
+            if n < len(child.key):
+                break
+            node = child
+        return pos
+
     def _split(self, child: TreeNode, n: int) -> TreeNode:
         """Cut `child` after n tokens; returns the new upper node."""
         upper = TreeNode(

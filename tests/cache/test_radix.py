@@ -41,6 +41,17 @@ def test_exact_counts_and_split() -> None:
     c.check_integrity()
 
 
+def test_cached_length_peeks_without_changing_the_tree() -> None:
+    c = make()
+    put(c, [1, 2, 3, 4])
+    before = [(n.key, n.last_access_time, n.hit_count) for n in c.nodes()]
+    assert c.cached_length([1, 2, 3, 4, 5]) == 4
+    assert c.cached_length([1, 2, 9]) == 2  # stops inside an edge: no split
+    assert c.cached_length([1, 2, 3, 4], "other-tenant") == 0
+    assert [(n.key, n.last_access_time, n.hit_count) for n in c.nodes()] == before
+    c.check_integrity()
+
+
 def test_namespaces_do_not_share() -> None:
     c = make()
     put(c, [1, 2, 3], "tenant-a")

@@ -246,3 +246,28 @@ def test_weights_and_pool_are_built_off_the_callers_thread(engine, monkeypatch):
     monkeypatch.setattr(engine_module.model_files, "load", broken)
     with pytest.raises(OSError, match="no such model file"):  # the helper thread's error reaches the caller
         engine_module.Engine()
+
+
+def test_waiting_requests_with_a_cached_prefix_start_first(engine):
+    """Longest-prefix-first admission (SGLang's LPM): with one running slot, a request whose
+    document is cached starts before an earlier-queued request with nothing cached."""
+    sibling = engine.sibling(max_total_tokens=2048, max_running_requests=1)
+    try:
+        doc = list(range(4000, 4300))
+        sibling.generate(input_ids=doc + [11], sampling_params={"max_new_tokens": 1})
+        fresh, warm = list(range(6000, 6300)) + [12], doc + [13]
+        sp = {"temperature": 0, "max_new_tokens": 2}
+        first, second = sibling.generate(input_ids=[fresh, warm], sampling_params=sp)  # fresh queued first
+        assert second["meta_info"]["cached_tokens"] == len(doc)
+        assert second["meta_info"]["ttft"] < first["meta_info"]["ttft"]
+        alone = engine.sibling(max_total_tokens=1024, disable_radix_cache=True, max_running_requests=1)
+        try:  # the order changes nothing in the outputs
+            out = alone.generate(input_ids=[fresh, warm], sampling_params=sp)
+            assert [r["output_ids"] for r in out] == [first["output_ids"], second["output_ids"]]
+            a, b = out
+            assert a["meta_info"]["ttft"] < b["meta_info"]["ttft"]  # no cache: arrival order
+        finally:
+            alone.shutdown()
+        sibling.check_integrity()
+    finally:
+        sibling.shutdown()
