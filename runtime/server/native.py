@@ -1,4 +1,5 @@
-"""SGLang-native endpoints: /generate, health, info, cache, sessions, tokenizer.
+"""SGLang-native endpoints: /generate, health, info, load (/get_load, /v1/loads), cache, sessions,
+tokenizer.
 
 Session events (the session-aware eviction policy's input; see DESIGN.md):
 `POST /open_session {session_id?}` -> the id (JSON string), `POST /close_session {session_id}`,
@@ -10,11 +11,13 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from typing import Any
 
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 
+from runtime.server import loads as loads_api
 from runtime.server.bridge import SSE_DONE, close_stream, sse, sse_error
 from runtime.server.errors import ApiError
 from runtime.server.schemas import (
@@ -82,6 +85,28 @@ def native_router(state: ServerState) -> APIRouter:
         """SGLang's per-DP-rank load (one rank here); sglang-router reads `num_tokens`."""
         stats = await state.bridge.call(state.engine.get_cache_stats)
         return [_load(stats)]
+
+    @r.get("/v1/loads")
+    async def v1_loads(
+        dp_rank: int | None = None, include: str | None = None, format: str | None = None
+    ) -> Response:
+        """SGLang's /v1/loads (what smg's load monitor polls): `include` = comma-separated sections
+        (core, memory, spec, lora, disagg, queues, all; default all), `format` = json | prometheus."""
+        sections = loads_api.parse_sections(include)
+        if format not in (None, "json", "prometheus"):
+            raise ApiError(400, f"format: {format!r} is not one of 'json', 'prometheus'")
+        loads = [] if dp_rank not in (None, 0) else [await state.bridge.call(loads_api.snapshot, state.engine)]
+        loads = [loads_api.select_sections(load, sections) for load in loads]
+        if format == "prometheus":
+            return Response(loads_api.prometheus(loads), media_type="text/plain; version=0.0.4; charset=utf-8")
+        accelerator, count = loads_api.accelerator(state.engine)
+        return JSONResponse({
+            "timestamp": datetime.now(UTC).isoformat(),
+            "version": VERSION,
+            "accelerator": accelerator,
+            "num_accelerators": count,
+            "loads": loads,
+        })  # fmt: skip
 
     @r.post("/flush_cache")
     @r.get("/flush_cache")

@@ -11,6 +11,7 @@ kills a worker (fault case).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import httpx
@@ -57,10 +58,17 @@ def test_router_registers_workers_with_model_metadata(cluster: Cluster) -> None:
     loads = httpx.get(cluster.url + "/get_loads", timeout=10).json()
     if cluster.router_kind == "sglang-router":
         assert all(entry["load"] >= 0 for entry in loads["workers"])  # our /get_load parses
-    else:
-        # smg 1.13 polls SGLang's newer GET /v1/loads (and /loads, /metrics), not /get_load, so it
-        # has no load figures for our workers (docs/cluster.md); routing does not need them
-        assert "loads" in loads, loads
+        return
+    # smg 1.13 polls SGLang's newer GET /v1/loads (not /get_load) on its load monitor's first tick,
+    # then every 10 s; its /get_loads lists one entry per worker rank once each worker has answered
+    deadline = time.monotonic() + 20
+    while len(loads.get("loads", [])) < len(cluster.worker_urls) and time.monotonic() < deadline:
+        time.sleep(0.5)
+        loads = httpx.get(cluster.url + "/get_loads", timeout=10).json()
+    assert sorted(entry["worker"] for entry in loads["loads"]) == sorted(cluster.worker_urls), loads
+    for entry in loads["loads"]:  # read from our /v1/loads
+        assert entry["max_total_num_tokens"] == entry["memory"]["token_capacity"] == 4096, entry
+        assert entry["max_running_requests"] > 0 and 0.0 <= entry["token_usage"] <= 1.0, entry
 
 
 def test_agent_sessions_hit_cache_through_router(cluster: Cluster) -> None:
