@@ -11,7 +11,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -101,55 +101,49 @@ class RadixCache:
             self.roots[namespace] = node
         return node
 
+    def _walk(self, key: Sequence[int], namespace: str, split: bool = True) -> Iterator[tuple[TreeNode, int]]:
+        """The nodes `key` runs through from its namespace's root, each with how many of its
+        tokens `key` covers. With `split`, a partial match is cut so the last node ends there;
+        without, the walk yields that partial edge last and changes nothing."""
+        node, pos = self.root(namespace), 0
+        while pos < len(key):
+            child = node.children.get(key[pos])
+            if child is None:
+                return
+            n = _common_len(child.key, key[pos : pos + len(child.key)])
+            if n < len(child.key):
+                if not split:
+                    yield child, n
+                    return
+                child = self._split(child, n)
+            yield child, n
+            node, pos = child, pos + n
+
     def match_prefix(self, key: Sequence[int], namespace: str = "", session_id: str | None = None) -> MatchResult:
         """Longest cached prefix of `key`; splits the last node at a partial match."""
         start = time.perf_counter()
         now = self.clock()
-        node, slots, pos = self.root(namespace), [], 0
-        while pos < len(key):
-            child = node.children.get(key[pos])
-            if child is None:
-                break
-            n = _common_len(child.key, key[pos : pos + len(child.key)])
-            if n < len(child.key):
-                child = self._split(child, n)
-            child.last_access_time = now
-            child.hit_count += 1
+        node, slots = self.root(namespace), []
+        for node, _ in self._walk(key, namespace):  # noqa: B007 — the last node is the match
+            node.last_access_time = now
+            node.hit_count += 1
             if session_id is not None:
-                child.sessions.add(session_id)
-            slots.extend(child.value)
-            node, pos = child, pos + n
+                node.sessions.add(session_id)
+            slots.extend(node.value)
         self.counters.matches += 1
         self.counters.match_time_s += time.perf_counter() - start
         return MatchResult(slots, node)
 
     def find_node(self, key: Sequence[int], namespace: str = "") -> MatchResult:
         """Like `match_prefix` but leaves access times and hit counts alone (engine bookkeeping)."""
-        node, slots, pos = self.root(namespace), [], 0
-        while pos < len(key):
-            child = node.children.get(key[pos])
-            if child is None:
-                break
-            n = _common_len(child.key, key[pos : pos + len(child.key)])
-            if n < len(child.key):
-                child = self._split(child, n)
-            slots.extend(child.value)
-            node, pos = child, pos + n
+        node, slots = self.root(namespace), []
+        for node, _ in self._walk(key, namespace):  # noqa: B007 — the last node is the match
+            slots.extend(node.value)
         return MatchResult(slots, node)
 
     def cached_length(self, key: Sequence[int], namespace: str = "") -> int:
         """How many leading tokens of `key` the tree holds; changes nothing (scheduling peeks)."""
-        node, pos = self.root(namespace), 0
-        while pos < len(key):
-            child = node.children.get(key[pos])
-            if child is None:
-                break
-            n = _common_len(child.key, key[pos : pos + len(child.key)])
-            pos += n
-            if n < len(child.key):
-                break
-            node = child
-        return pos
+        return sum(n for _, n in self._walk(key, namespace, split=False))
 
     def _split(self, child: TreeNode, n: int) -> TreeNode:
         """Cut `child` after n tokens; returns the new upper node."""
@@ -187,13 +181,7 @@ class RadixCache:
         assert len(key) == len(slots)
         now = self.clock()
         node, pos = self.root(namespace), 0
-        while pos < len(key):
-            child = node.children.get(key[pos])
-            if child is None:
-                break
-            n = _common_len(child.key, key[pos : pos + len(child.key)])
-            if n < len(child.key):
-                child = self._split(child, n)
+        for child, n in self._walk(key, namespace):
             self._touch(child, now, priority, session_id)
             node, pos = child, pos + n
         if pos < len(key):
