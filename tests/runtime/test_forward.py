@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from evals.bench_gpu import IdTokenizer
 from runtime import Engine
@@ -73,6 +74,27 @@ def test_int4wo_cached_equals_uncached_and_batched_equals_alone(int4_engine, doc
     for alone, together in zip(first, batched, strict=True):
         assert alone["output_ids"] == together["output_ids"]
     assert again["output_ids"] == first[0]["output_ids"]
+
+
+@pytest.mark.parametrize("prefix,new", [(0, 7), (0, 300), (0, 1024), (37, 5), (1024, 1022)])
+def test_attention_mask_variants_are_bit_identical(prefix, new):
+    """The forward uses SDPA's is_causal when a chunk has no prefix and an additive mask built
+    once per step when it has one (both faster); each must equal the plain boolean mask bit for
+    bit, or a token's K/V would depend on which variant its chunk took."""
+    from runtime.model import _Views
+
+    g = torch.Generator().manual_seed(prefix + new)
+    kv = SeqKV(torch.randn(1, 3, prefix + new, 64, generator=g), torch.randn(1, 3, prefix + new, 64, generator=g),
+               length=prefix)  # fmt: skip
+    q = torch.randn(1, 9, new, 64, generator=g)
+    seen = torch.arange(prefix + new)[None, :] <= (prefix + torch.arange(new))[:, None]
+    reference = F.scaled_dot_product_attention(q, kv.k[0].unsqueeze(0), kv.v[0].unsqueeze(0), attn_mask=seen,
+                                               enable_gqa=True)
+    views = _Views.of(kv, new, "cpu", torch.float32)
+    assert views.causal == (prefix == 0) and (views.mask is None) == (prefix == 0)
+    out = F.scaled_dot_product_attention(q, views.k[0], views.v[0], attn_mask=views.mask, is_causal=views.causal,
+                                         enable_gqa=True)  # fmt: skip
+    assert torch.equal(out, reference)
 
 
 def test_int4_quantize_recovers_a_q4_1_grid():
