@@ -165,6 +165,8 @@ class Scheduler:
         return len(req.input_ids) + req.params.max_new_tokens
 
     def _admit(self) -> None:
+        if len(self.running) >= self.max_running:
+            return  # before ordering: no tree walks on decode steps of a full batch
         reserved = sum(self._footprint(r) for r in self.running)
         for req in self._admission_order():
             if len(self.running) >= self.max_running:
@@ -194,11 +196,14 @@ class Scheduler:
         waiting = list(self.waiting)
         if not self.cache_enabled or not 1 < len(waiting) <= LPM_MAX_QUEUE:
             return waiting
+        return sorted(waiting, key=lambda r: -self.cached_prefix(r))  # sorted() is stable
 
-        def cached(req: Request) -> int:
-            return self.cache.cached_length(req.input_ids[:-1], req.namespace) if req.use_cache else 0
-
-        return sorted(waiting, key=lambda r: -cached(r))  # sorted() is stable
+    def cached_prefix(self, req: Request) -> int:
+        """Prompt tokens the tree would serve `req` now (a peek: changes nothing). Never the last
+        prompt token: its logits are always computed (see _start)."""
+        if not (self.cache_enabled and req.use_cache):
+            return 0
+        return min(self.cache.cached_length(req.input_ids, req.namespace), len(req.input_ids) - 1)
 
     def _shares_pending_prefix(self, req: Request) -> bool:
         """True when a still-prefilling request covers a long uncached prefix of `req` (forks,

@@ -47,13 +47,8 @@ def snapshot(engine: Any) -> dict[str, Any]:
         stats = engine.get_cache_stats()
         waiting = list(sched.waiting)
         evictable = engine.cache.evictable_size
-        # Never the last prompt token: the scheduler always computes it (see Scheduler._start).
         # Requests still in the submit inbox (drained at the next step) are not visible here.
-        uncached = sum(
-            len(r.input_ids) - (engine.cache.cached_length(r.input_ids[:-1], r.namespace)
-                                if sched.cache_enabled and r.use_cache else 0)
-            for r in waiting
-        )  # fmt: skip
+        uncached = sum(len(r.input_ids) - sched.cached_prefix(r) for r in waiting)
         waiting_tokens = sum(len(r.input_ids) for r in waiting)
     capacity = int(stats["pool_capacity_tokens"])
     used = capacity - int(stats["pool_free_tokens"]) - evictable
