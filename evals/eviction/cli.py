@@ -1,4 +1,5 @@
-"""`radixagent eval-eviction`: compare eviction policies on simulated multi-session traces."""
+"""`radixagent eval-eviction`: compare eviction policies on simulated multi-session traces, or
+(`--trace FILE --trace-format mooncake`) on a recorded production trace."""
 
 from __future__ import annotations
 
@@ -32,6 +33,18 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--real", action="store_true",
                    help="instead: the small `agents` run on the embedded engine with the real model "
                         "(evals/eviction/real.py; --sessions N and --budgets F take their first value, --steps passes)")
+    p.add_argument("--trace", type=Path, action="append", default=None,
+                   help="instead: replay this request trace (repeatable; evals/eviction/trace_cli.py)")
+    p.add_argument("--trace-format", choices=("mooncake",), default="mooncake")
+    p.add_argument("--capacities", default="1000,10000,30000,inf",
+                   help="trace replays: cache capacities in 512-token blocks, 'inf' = unbounded")
+    p.add_argument("--modes", default="hitrate,timed", help="trace replays: hitrate and/or timed")
+    p.add_argument("--prefill-ms-per-token", type=float, default=None,
+                   help="timed trace replay cost model (default 0.05: the Mooncake paper's LLaMA3-70B "
+                        "on 8xA800; this engine on 2 CPU cores measured ~2)")
+    p.add_argument("--decode-ms-per-token", type=float, default=None,
+                   help="timed trace replay cost model (default 100: the paper's TBT threshold; this "
+                        "engine on 2 CPU cores measured ~80)")
     return p.parse_args(argv)
 
 
@@ -57,6 +70,10 @@ def main(argv: list[str]) -> int:
     args = parse(argv)
     if args.real:
         return _real(args)
+    if args.trace:
+        from evals.eviction import trace_cli
+
+        return trace_cli.main(args)
     console = Console(stderr=True)
     try:
         cfg = config_from(args)
