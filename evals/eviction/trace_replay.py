@@ -8,7 +8,8 @@ One tree key unit = one 512-token block (page size 1 on blocks); capacity is in 
 - `timed`: requests arrive at their timestamps and run for a duration from `CostModel` (prefill of
   the uncached prompt tokens + decode of the output). While running, a request locks its matched
   prefix and holds KV for its uncached prompt blocks and its output; a request that cannot get
-  that KV even after eviction waits (FIFO, the head keeps its matched prefix locked). At finish
+  that KV even after eviction waits (FIFO; the head keeps its matched prefix locked, and matches
+  again only when the tree has grown a longer prefix for it, so retries do not inflate hit counts). At finish
   its prompt blocks join the tree and the output's are freed (output KV has no block ids in the
   trace, so no later request can name it). Compute is not a shared resource here: the pool is.
 
@@ -263,6 +264,9 @@ class _Timed(_Base):
         while self.queue:
             i = self.queue[0]
             r = self.trace.requests[i]
+            if self.head is not None and self.cache.cached_length(r.blocks) > self.head.length:
+                self.cache.unlock(self.head.node)  # the tree grew while it waited: match again
+                self.head = None
             if self.head is None:
                 self.head = self._match(i)
                 self.cache.lock(self.head.node)
