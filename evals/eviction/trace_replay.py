@@ -158,8 +158,10 @@ def replay(
     capacity: int | None,
     cost: CostModel | None = None,
     tick: Callable[[int], None] | None = None,
+    check: bool = False,
 ) -> ReplayResult:
-    """One replay; `capacity` None = infinite. `tick(n)` reports n more requests done."""
+    """One replay; `capacity` None = infinite. `tick(n)` reports n more requests done; `check`
+    runs the tree's slot-accounting integrity check at the end (tests)."""
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; choose from {list(MODES)}")
     start, cpu = time.perf_counter(), time.process_time()
@@ -170,6 +172,8 @@ def replay(
     cache = RadixCache(alloc, pol, clock=clock)
     runner = _HitRate if mode == "hitrate" else _Timed
     runner(trace, cache, alloc, clock, nu, out, cost or CostModel(), tick or (lambda n: None)).run()
+    if check:
+        cache.check_integrity()
     out.evicted_blocks = cache.counters.evicted_tokens
     out.seconds, out.cpu_seconds = time.perf_counter() - start, time.process_time() - cpu
     return out

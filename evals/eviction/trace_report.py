@@ -131,12 +131,16 @@ def write_chart(rows: list[dict], workload: str, out: Path) -> Path:
     fig, axes = plt.subplots(1, len(modes), figsize=(5.2 * len(modes), 3.8), squeeze=False)
     for ax, mode in zip(axes[0], modes, strict=True):
         here = [r for r in mine if r["mode"] == mode]
-        for policy in sorted({r["policy"] for r in here}):
-            pts = sorted(
+        curves = {
+            p: sorted(
                 (r["capacity_blocks"], r["block_hit_rate"])
                 for r in here
-                if r["policy"] == policy and r["capacity_blocks"] is not None
+                if r["policy"] == p and r["capacity_blocks"] is not None
             )
+            for p in sorted({r["policy"] for r in here})
+        }
+        for policy, pts in curves.items():
+            same = policy != "lru" and pts == curves.get("lru")  # hidden under LRU's line: say so
             if pts:
                 ax.plot(
                     [c for c, _ in pts],
@@ -144,7 +148,7 @@ def write_chart(rows: list[dict], workload: str, out: Path) -> Path:
                     "--" if policy == "oracle" else "-",
                     marker="o",
                     markersize=3,
-                    label=policy,
+                    label=f"{policy} (= lru)" if same else policy,
                 )
         inf = next((r["block_hit_rate"] for r in here if r["capacity_blocks"] is None), None)
         if inf is not None:

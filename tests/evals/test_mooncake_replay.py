@@ -239,3 +239,44 @@ def test_cli_writes_schema_rows_report_and_chart(tmp_path: Path) -> None:
     assert (out / "hit_rate_mooncake-prefix.png").stat().st_size > 1000
     report = (out / "report-mooncake.md").read_text()
     assert "mooncake-prefix" in report and "policy-free" in report
+
+
+def chat_like_trace(tmp_path: Path, seed: int, n: int = 80) -> Path:
+    """Conversations over 3 shared system-prompt blocks: each next turn keeps the previous
+    prompt's full blocks and replaces its partial last block, as the Mooncake chat trace does."""
+    import random
+
+    rng, convs, reqs, next_id, t = random.Random(seed), [], [], iter(range(1000, 10**6)), 0
+    for _ in range(n):
+        t += rng.randint(0, 500)
+        if convs and rng.random() < 0.6:
+            conv = rng.choice(convs)
+            conv[:] = conv[:-1] + [next(next_id) for _ in range(rng.randint(1, 2))]
+            if len(conv) > 10:
+                convs.remove(conv)
+        else:
+            conv = [rng.choice([1, 2, 3])] * (rng.random() < 0.7) + [
+                next(next_id) for _ in range(rng.randint(1, 4))
+            ]
+            convs.append(conv)
+        reqs.append((t, 512 * len(conv) - rng.randint(0, 500), rng.randint(1, 700), list(conv)))
+    return write_trace(tmp_path / f"chat{seed}_trace.jsonl", reqs)
+
+
+def test_generated_chat_traces_session_is_lru_and_belady_leads_hitrate(tmp_path: Path) -> None:
+    cost = CostModel(prefill_s_per_token=0.001, decode_s_per_token=0.01)
+    for seed in range(4):
+        trace = load_mooncake(chat_like_trace(tmp_path, seed))
+        ceiling = infinite_reuse(trace).reused_blocks
+        for mode in ("hitrate", "timed"):
+            for cap in (16, 24, 48):
+                got = {p: replay(trace, mode, p, cap, cost, check=True) for p in POLICIES}
+                lru, sess = got["lru"], got["session"]
+                # no hints: the session policy's documented fallback is LRU's order exactly
+                assert (sess.cached_blocks, sess.recomputed_tokens) == (
+                    lru.cached_blocks,
+                    lru.recomputed_tokens,
+                )
+                assert all(r.cached_blocks <= ceiling for r in got.values())
+                if mode == "hitrate":  # Belady is not an optimum once hits change durations (timed)
+                    assert got["oracle"].cached_blocks == max(r.cached_blocks for r in got.values())
