@@ -19,7 +19,8 @@ TRACE_DEFINITION = (
     "prompt tokens + decode_s_per_token x output tokens; a request that cannot get its KV waits (FIFO). "
     "block_hit_rate = cached / prompt blocks; hit_rate = cached / prompt tokens (a matched partial last "
     "block counts its tokens); recomputed_tokens = prompt tokens an earlier finished request had computed "
-    "but the cache no longer held; headroom_captured = (LRU's recomputed - policy's) / (LRU's - oracle's)."
+    "but the cache no longer held; headroom_captured = (LRU's recomputed - policy's) / (LRU's - "
+    "oracle's), null where the oracle saves under 0.1% of LRU's recomputed tokens."
 )
 
 
@@ -94,16 +95,20 @@ def row_of(trace: Trace, r: ReplayResult, policy: str, cost: CostModel) -> dict:
     return row
 
 
+#: below this share of LRU's recomputed tokens the oracle has no headroom worth dividing by
+MIN_HEADROOM = 0.001
+
+
 def add_headroom(rows: list[dict]) -> None:
-    """Each row's share of the oracle's headroom over LRU (recomputed tokens), where both exist."""
+    """Each row's share of the oracle's headroom over LRU (recomputed tokens), where both exist
+    and the headroom is real: a ratio of two near-ties would read as a large share."""
     by = {(r["workload"], r["mode"], r["capacity_blocks"], r["policy"]): r for r in rows}
     for r in rows:
         key = (r["workload"], r["mode"], r["capacity_blocks"])
         lru, oracle = by.get((*key, "lru")), by.get((*key, "oracle"))
         head = lru["recomputed_tokens"] - oracle["recomputed_tokens"] if lru and oracle else 0
-        r["headroom_captured"] = (
-            (lru["recomputed_tokens"] - r["recomputed_tokens"]) / head if head > 0 else None
-        )
+        real = lru is not None and head > 0 and head >= MIN_HEADROOM * lru["recomputed_tokens"]
+        r["headroom_captured"] = (lru["recomputed_tokens"] - r["recomputed_tokens"]) / head if real else None
 
 
 def run_trace_grid(
