@@ -21,6 +21,7 @@ leaves are the right candidates).
 from __future__ import annotations
 
 import heapq
+import math
 import time
 from collections import deque
 from collections.abc import Callable
@@ -96,40 +97,47 @@ class _Clock:
         return self.now
 
 
-class NextUse:
-    """Next request (index >= `cursor`) that reads a block; the cursor only moves forward, so each
-    block's occurrence list is walked once over the whole replay."""
+class BeladyPolicy:
+    """Offline oracle in SGLang's policy shape: the farthest next use is evicted first.
+
+    `cursor` is the first request not yet matched; it only moves forward, so each block's
+    occurrence list is walked once over the whole replay (eviction asks for every leaf)."""
 
     def __init__(self, trace: Trace) -> None:
-        self._occ: dict[int, list[int]] = {}
+        # prefix ids are dense (0 .. distinct_blocks - 1): lists index faster than dicts hash
+        self._occ: list[list[float]] = [[] for _ in range(trace.distinct_blocks)]
         for i, r in enumerate(trace.requests):
             for b in r.blocks:
-                self._occ.setdefault(b, []).append(i)
-        self._ptr = dict.fromkeys(self._occ, 0)
+                self._occ[b].append(i)
+        for occ in self._occ:
+            occ.append(math.inf)  # sentinel: never read again
+        self._ptr = [0] * trace.distinct_blocks
         self.cursor = 0
 
-    def __call__(self, block: int) -> float:
+    def next_use(self, block: int) -> float:
         occ, p = self._occ[block], self._ptr[block]
-        while p < len(occ) and occ[p] < self.cursor:
-            p += 1
-        self._ptr[block] = p
-        return occ[p] if p < len(occ) else float("inf")
-
-
-class BeladyPolicy:
-    """Offline oracle in SGLang's policy shape: the farthest next use is evicted first."""
-
-    def __init__(self, next_use: NextUse) -> None:
-        self.next_use = next_use
+        if occ[p] < self.cursor:
+            cursor = self.cursor
+            while occ[p] < cursor:
+                p += 1
+            self._ptr[block] = p
+        return occ[p]
 
     def get_priority(self, node: TreeNode) -> tuple[float, float]:
-        return (-self.next_use(node.key[0]), node.last_access_time)
+        block = node.key[0]  # next_use inlined: called for every unlocked leaf at every eviction
+        occ, p = self._occ[block], self._ptr[block]
+        if occ[p] < self.cursor:
+            cursor = self.cursor
+            while occ[p] < cursor:
+                p += 1
+            self._ptr[block] = p
+        return (-occ[p], node.last_access_time)
 
 
-def _policy(name: str, trace: Trace, clock: _Clock) -> tuple[EvictionPolicy, NextUse | None]:
+def _policy(name: str, trace: Trace, clock: _Clock) -> tuple[EvictionPolicy, BeladyPolicy | None]:
     if name == "oracle":
-        nu = NextUse(trace)
-        return BeladyPolicy(nu), nu
+        oracle = BeladyPolicy(trace)
+        return oracle, oracle
     if name == "session":  # no hints: an empty registry, so only what the tree records counts
         return make_policy("session", sessions=SessionRegistry(clock=clock)), None
     if name not in POLICIES:
@@ -186,7 +194,7 @@ class _Base:
         cache: RadixCache,
         alloc: SlotAllocator,
         clock: _Clock,
-        nu: NextUse | None,
+        nu: BeladyPolicy | None,
         out: ReplayResult,
         cost: CostModel,
         tick: Callable[[int], None],
