@@ -84,16 +84,20 @@ def _parse_line(text: str, where: str) -> tuple[float, int, int, list[int]]:
 def load_mooncake(path: Path) -> Trace:
     """Parse and validate a trace; raises TraceError naming the first bad line."""
     try:
-        lines = Path(path).read_text().splitlines()
+        lines = Path(path).read_bytes().splitlines()
     except OSError as exc:
         raise TraceError(f"{path}: cannot read trace ({exc.strerror or exc})") from None
     prefix_ids: dict[tuple[int, int], int] = {}  # (parent prefix id, hash id) -> prefix id
     requests: list[TraceRequest] = []
     last_ts = -math.inf
-    for number, text in enumerate(lines, start=1):
+    for number, raw in enumerate(lines, start=1):
+        where = f"{path}:{number}"
+        try:
+            text = raw.decode()
+        except UnicodeDecodeError:
+            raise TraceError(f"{where}: not UTF-8 text") from None
         if not text.strip():
             continue
-        where = f"{path}:{number}"
         ts, n_in, n_out, ids = _parse_line(text, where)
         if ts < last_ts:
             raise TraceError(

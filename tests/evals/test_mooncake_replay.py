@@ -178,11 +178,15 @@ def test_timed_capacity_below_one_request_is_refused(tmp_path: Path) -> None:
         ),
         ("[1, 2]", ":1: expected a JSON object"),
         ("", "no requests"),
+        (
+            '{"timestamp": 0, "input_length": 5, "output_length": 1, "hash_ids": [1]}\n\xff\xfe',
+            ":2: not UTF-8",
+        ),
     ],
 )
 def test_loader_errors_name_the_line(tmp_path: Path, text: str, needle: str) -> None:
     path = tmp_path / "bad.jsonl"
-    path.write_text(text)
+    path.write_bytes(text.encode("latin-1"))
     with pytest.raises(TraceError) as err:
         load_mooncake(path)
     assert str(path) in str(err.value) and needle in str(err.value)
