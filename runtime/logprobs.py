@@ -9,10 +9,13 @@ What is reported (as SGLang does by default, see docs/flow.md):
   min_new_tokens, divided by the temperature unless greedy; top-k / top-p / min-p and grammar masks
   are not applied (they only narrow what can be drawn).
 
-Positions served from the prefix cache have no logits, so a request that asks for logprobs
-matches at most `logprob_start_len` tokens (SGLang's rule) and recomputes at least EXACT_ROWS:
-everything it reports is computed by its own forward, and the numbers are the same with the
-cache on or off.
+Logprobs and the prefix cache: positions served from the cache have no logits, and SGLang limits
+a logprob request's match to `logprob_start_len`. Here a logprob request reads nothing from the
+cache (it still publishes its prompt for later requests): the CPU kernels round a row differently
+depending on how many rows and keys its step has (measured: MKL's float32 matmul for 1-3, 5-7 and
+9-11 rows, SDPA at query-block boundaries such as 33-35 queries, ~1e-6 in a logprob), so numbers
+computed after a cache hit would differ from an uncached run's in the sixth digit. Computing the
+whole prompt makes them bit-identical to a `prefix_cache=False` run, which is what evals compare.
 """
 
 from __future__ import annotations
@@ -25,11 +28,6 @@ import torch
 
 from runtime.errors import InvalidRequest
 
-#: a logprob request recomputes at least this many prompt tokens. CPU kernels pick their code path
-#: by size (measured: MKL's float32 matmul rounds rows differently below 8 rows, SDPA below 4
-#: queries); at this size or more both round each row as a cold prefill does, so the reported
-#: numbers are bit-identical to an uncached run's.
-EXACT_ROWS = 16
 #: SGLang returns at most this many top logprobs per position (OpenAI's top_logprobs max is 20)
 MAX_TOP_LOGPROBS = 20
 
@@ -80,9 +78,8 @@ class LogprobState:
 
     @property
     def match_limit(self) -> int:
-        """Most prompt tokens the cache may serve: positions from `start` on need their logits, and
-        at least EXACT_ROWS are recomputed so the numbers do not depend on the cache."""
-        return max(0, min(self.spec.start, self.prompt_len - EXACT_ROWS))
+        """Prompt tokens the cache may serve a logprob request: none (see the module docstring)."""
+        return 0
 
     def logits_from(self, chunk_start: int, chunk_len: int) -> int:
         """Index within a prefill chunk from which every row's logits are needed (-1: only the last)."""
