@@ -101,9 +101,10 @@ def _bias_ok(bias: dict | None) -> bool:
     if not isinstance(bias, dict):
         return False
     for key, value in bias.items():
-        if isinstance(key, bool) or not isinstance(value, (int, float)) or isinstance(value, bool):
-            return False
-        if not (str(key).isdigit() and math.isfinite(value) and -100 <= value <= 100):
+        id_ok = (isinstance(key, int) and not isinstance(key, bool) and key >= 0) or (
+            isinstance(key, str) and key.isascii() and key.isdigit())  # "²".isdigit() too, but int() fails
+        value_ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        if not (id_ok and value_ok and -100 <= value <= 100):
             return False
     return True
 

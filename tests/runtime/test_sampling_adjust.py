@@ -66,6 +66,7 @@ def test_logprobs_divide_by_temperature_unless_greedy() -> None:
         {"min_new_tokens": -1},
         {"logit_bias": {"x": 1.0}},
         {"logit_bias": {"-1": 1.0}},
+        {"logit_bias": {"\u00b2": 1.0}},
         {"logit_bias": {"1": float("inf")}},
         {"logit_bias": {"1": 101}},
         {"regex": "a", "ebnf": 'root ::= "a"'},
