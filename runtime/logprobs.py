@@ -50,8 +50,9 @@ class LogprobSpec:
         if start < -1:
             raise InvalidRequest("logprob_start_len must be >= -1 (-1: output logprobs only)")
         if start > prompt_len:
-            raise InvalidRequest(f"logprob_start_len={start} is higher than the number of input tokens "
-                                 f"({prompt_len})")
+            raise InvalidRequest(
+                f"logprob_start_len={start} is higher than the number of input tokens ({prompt_len})"
+            )
         if not 0 <= top_n <= MAX_TOP_LOGPROBS:
             raise InvalidRequest(f"top_logprobs_num must be in [0, {MAX_TOP_LOGPROBS}]")
         return cls(prompt_len if start == -1 else start, top_n, bool(with_text))
@@ -110,8 +111,12 @@ class LogprobState:
         reported = input_ids[self.spec.start :][: len(self.input_vals)]
         out_ids = output_ids[: len(self.output_vals)]
         out: dict[str, Any] = {
-            "input_token_logprobs": [(v, t, decode(t)) for v, t in zip(self.input_vals, reported, strict=True)],
-            "output_token_logprobs": [(v, t, decode(t)) for v, t in zip(self.output_vals, out_ids, strict=True)],
+            "input_token_logprobs": [
+                (v, t, decode(t)) for v, t in zip(self.input_vals, reported, strict=True)
+            ],
+            "output_token_logprobs": [
+                (v, t, decode(t)) for v, t in zip(self.output_vals, out_ids, strict=True)
+            ],
             "output_token_logprobs_length": len(out_ids),
         }
         if self.spec.top_n:

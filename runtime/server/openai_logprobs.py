@@ -23,12 +23,19 @@ def engine_logprob_kwargs(req: _OpenAIBase) -> dict[str, Any]:
             raise ApiError(400, "top_logprobs: requires logprobs to be true")
         if not req.logprobs:
             return {}
-        return {"return_logprob": True, "top_logprobs_num": req.top_logprobs or 0, "return_text_in_logprobs": True}
+        return {
+            "return_logprob": True,
+            "top_logprobs_num": req.top_logprobs or 0,
+            "return_text_in_logprobs": True,
+        }
     assert isinstance(req, CompletionRequest)
     if req.logprobs is None:
         return {}
-    kwargs: dict[str, Any] = {"return_logprob": True, "top_logprobs_num": req.logprobs,
-                              "return_text_in_logprobs": True}
+    kwargs: dict[str, Any] = {
+        "return_logprob": True,
+        "top_logprobs_num": req.logprobs,
+        "return_text_in_logprobs": True,
+    }
     if req.echo:
         kwargs["logprob_start_len"] = 0  # the prompt's logprobs, as OpenAI's echo returns them
     return kwargs
@@ -82,7 +89,9 @@ def _entry(triple: tuple, top: list[tuple] | None) -> dict[str, Any]:
         "token": text,
         "logprob": logprob,
         "bytes": list(text.encode("utf-8")),
-        "top_logprobs": [{"token": t, "logprob": lp, "bytes": list(t.encode("utf-8"))} for lp, _, t in top or []],
+        "top_logprobs": [
+            {"token": t, "logprob": lp, "bytes": list(t.encode("utf-8"))} for lp, _, t in top or []
+        ],
     }
 
 
@@ -92,10 +101,15 @@ def chat_logprobs(meta: dict[str, Any], start: int = 0) -> dict[str, Any] | None
     if "output_token_logprobs" not in meta:
         return None
     tokens, tops = _output_entries(meta)
-    return {"content": [_entry(t, top) for t, top in list(zip(tokens, tops, strict=True))[start:]], "refusal": None}
+    return {
+        "content": [_entry(t, top) for t, top in list(zip(tokens, tops, strict=True))[start:]],
+        "refusal": None,
+    }
 
 
-def completion_logprobs(meta: dict[str, Any], echo: bool, start: int = 0, offset: int = 0) -> dict[str, Any] | None:
+def completion_logprobs(
+    meta: dict[str, Any], echo: bool, start: int = 0, offset: int = 0
+) -> dict[str, Any] | None:
     """`choice.logprobs` for completions (prompt tokens first under echo). `offset` is the text
     offset of the first token listed."""
     if "output_token_logprobs" not in meta:

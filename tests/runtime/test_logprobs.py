@@ -17,14 +17,18 @@ KEYS = ("input_token_logprobs", "output_token_logprobs", "input_top_logprobs", "
 
 
 def _lp(engine, prompt: str, **kw):
-    return engine.generate(prompt=prompt, sampling_params=kw.pop("sampling", GREEDY), return_logprob=True, **kw)
+    return engine.generate(
+        prompt=prompt, sampling_params=kw.pop("sampling", GREEDY), return_logprob=True, **kw
+    )
 
 
 def test_shapes_and_start_semantics(engine) -> None:
     prompt = BASE + "Then it ran"
     ids = engine.tokenize(prompt)
     n = len(ids)
-    full = _lp(engine, prompt, logprob_start_len=0, top_logprobs_num=3, return_text_in_logprobs=True)["meta_info"]
+    full = _lp(engine, prompt, logprob_start_len=0, top_logprobs_num=3, return_text_in_logprobs=True)[
+        "meta_info"
+    ]
     inputs = full["input_token_logprobs"]
     assert len(inputs) == n and [t for _, t, _ in inputs] == ids
     assert inputs[0][0] is None and full["input_top_logprobs"][0] is None  # SGLang: the first has none
@@ -42,7 +46,9 @@ def test_shapes_and_start_semantics(engine) -> None:
     assert [t for _, t, _ in tail["input_token_logprobs"]] == ids[n - 3 :]
     assert tail["input_token_logprobs"][0][0] is None
     # same numbers up to rounding (the logits of 3 rows and of n rows are computed by different kernels)
-    assert [x[0] for x in tail["input_token_logprobs"][1:]] == pytest.approx([x[0] for x in inputs[n - 2 :]], abs=1e-4)
+    assert [x[0] for x in tail["input_token_logprobs"][1:]] == pytest.approx(
+        [x[0] for x in inputs[n - 2 :]], abs=1e-4
+    )
     assert tail["input_token_logprobs"][0][2] is None  # no text unless return_text_in_logprobs
     assert "input_top_logprobs" not in tail  # top_logprobs_num = 0
     # default (-1) and start == len: output logprobs only
@@ -90,23 +96,34 @@ def test_long_prompt_chunked_identical(engine, document) -> None:
     assert n > engine.config.chunked_prefill_size
     for start in (0, n - 30, -1):
         cached = _lp(engine, prompt, logprob_start_len=start, top_logprobs_num=2)["meta_info"]
-        cold = _lp(engine, prompt, logprob_start_len=start, top_logprobs_num=2, prefix_cache=False)["meta_info"]
+        cold = _lp(engine, prompt, logprob_start_len=start, top_logprobs_num=2, prefix_cache=False)[
+            "meta_info"
+        ]
         for key in KEYS:
             assert cached[key] == cold[key], (start, key)
 
 
 def test_batch_with_per_prompt_logprob_arguments(engine) -> None:
     prompts = [BASE + "One", BASE + "Two two"]
-    outs = engine.generate(prompt=prompts, sampling_params=[GREEDY, {**GREEDY, "max_new_tokens": 2}],
-                           return_logprob=[True, False], logprob_start_len=[0, 0], top_logprobs_num=[2, 0])
+    outs = engine.generate(
+        prompt=prompts,
+        sampling_params=[GREEDY, {**GREEDY, "max_new_tokens": 2}],
+        return_logprob=[True, False],
+        logprob_start_len=[0, 0],
+        top_logprobs_num=[2, 0],
+    )
     assert len(outs[0]["meta_info"]["input_token_logprobs"]) == len(engine.tokenize(prompts[0]))
-    assert "input_token_logprobs" not in outs[1]["meta_info"] and outs[1]["meta_info"]["completion_tokens"] == 2
+    assert (
+        "input_token_logprobs" not in outs[1]["meta_info"] and outs[1]["meta_info"]["completion_tokens"] == 2
+    )
 
 
 def test_sampled_output_logprobs_use_the_temperature(engine) -> None:
     """SGLang's default: a sampled token's logprob is log_softmax(logits / temperature)."""
     prompt = BASE + "Then"
-    hot = _lp(engine, prompt, sampling={"max_new_tokens": 1, "temperature": 2.0, "seed": 3}, top_logprobs_num=1)
+    hot = _lp(
+        engine, prompt, sampling={"max_new_tokens": 1, "temperature": 2.0, "seed": 3}, top_logprobs_num=1
+    )
     cold = _lp(engine, prompt, sampling={"max_new_tokens": 1, "temperature": 0}, top_logprobs_num=1)
     top_hot = hot["meta_info"]["output_top_logprobs"][0][0]
     top_cold = cold["meta_info"]["output_top_logprobs"][0][0]
@@ -116,8 +133,12 @@ def test_sampled_output_logprobs_use_the_temperature(engine) -> None:
 
 def test_bad_logprob_arguments(engine) -> None:
     n = len(engine.tokenize("hello there"))
-    for kw in ({"logprob_start_len": n + 1}, {"logprob_start_len": -2}, {"top_logprobs_num": 21},
-               {"top_logprobs_num": -1}):
+    for kw in (
+        {"logprob_start_len": n + 1},
+        {"logprob_start_len": -2},
+        {"top_logprobs_num": 21},
+        {"top_logprobs_num": -1},
+    ):
         with pytest.raises(InvalidRequest):
             engine.generate(prompt="hello there", sampling_params=GREEDY, return_logprob=True, **kw)
     with pytest.raises(InvalidRequest):
