@@ -19,6 +19,7 @@ from runtime.cache.radix import RadixCache
 from runtime.config import EngineConfig, check_pool_fits, derive_pool_size
 from runtime.errors import EngineClosed, InvalidRequest, Overloaded, PromptTooLong
 from runtime.hf_model import HFModel
+from runtime.logprobs import LogprobSpec, LogprobState
 from runtime.model import SUPPORTED, LlamaModel, ModelConfig
 from runtime.request import Request
 from runtime.sampling import Sampler, SamplingParams
@@ -26,6 +27,8 @@ from runtime.scheduler import Scheduler
 from runtime.threads import in_fresh_thread
 
 log = logging.getLogger("radixagent.engine")
+#: SGLang's per-request logprob arguments of `generate` (each one value or one per prompt)
+LOGPROB_ARGS = ("return_logprob", "logprob_start_len", "top_logprobs_num", "return_text_in_logprobs")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -117,9 +120,13 @@ class Engine:
     def generate(self, prompt: str | list[str] | None = None, input_ids: list[int] | list[list[int]] | None = None,
                  sampling_params: dict | list[dict] | None = None, cache_salt: str | list[str] | None = None,
                  prefix_cache: bool = True, session_id: str | None = None, priority: int | None = None,
-                 rid: str | list[str] | None = None) -> dict | list[dict]:
-        """SGLang-shaped result; a list of prompts (or of id lists) gives a list of results."""
-        reqs = self._build(prompt, input_ids, sampling_params, cache_salt, prefix_cache, session_id, priority, rid)
+                 rid: str | list[str] | None = None, **logprobs: Any) -> dict | list[dict]:
+        """SGLang-shaped result; a list of prompts (or of id lists) gives a list of results.
+
+        `logprobs`: SGLang's `return_logprob`, `logprob_start_len`, `top_logprobs_num`,
+        `return_text_in_logprobs` (each one value, or one per prompt); see runtime/logprobs.py."""
+        reqs = self._build(prompt, input_ids, sampling_params, cache_salt, prefix_cache, session_id, priority, rid,
+                           logprobs)
         self._submit(reqs)
         results = [self._wait(r) for r in reqs]
         return results if self._is_batch(prompt, input_ids) else results[0]
@@ -127,11 +134,12 @@ class Engine:
     def generate_stream(self, prompt: str | None = None, input_ids: list[int] | None = None,
                         sampling_params: dict | None = None, cache_salt: str | None = None,
                         prefix_cache: bool = True, session_id: str | None = None, priority: int | None = None,
-                        rid: str | None = None) -> Iterator[dict]:
+                        rid: str | None = None, **logprobs: Any) -> Iterator[dict]:
         """Yields cumulative results per token; closing the iterator early aborts the request."""
         if self._is_batch(prompt, input_ids):
             raise InvalidRequest("streaming takes a single prompt")
-        (req,) = self._build(prompt, input_ids, sampling_params, cache_salt, prefix_cache, session_id, priority, rid)
+        (req,) = self._build(prompt, input_ids, sampling_params, cache_salt, prefix_cache, session_id, priority, rid,
+                             logprobs)
         self._submit([req])
         return self._stream(req)
 
@@ -153,7 +161,8 @@ class Engine:
         return isinstance(prompt, list) or (isinstance(input_ids, list) and bool(input_ids)
                                             and isinstance(input_ids[0], list))
 
-    def _build(self, prompt, input_ids, sampling_params, cache_salt, prefix_cache, session_id, priority, rid):
+    def _build(self, prompt, input_ids, sampling_params, cache_salt, prefix_cache, session_id, priority, rid,
+               logprobs=None):
         if (prompt is None) == (input_ids is None):
             raise InvalidRequest("give exactly one of prompt / text and input_ids")
         if self._is_batch(prompt, input_ids):
@@ -164,8 +173,24 @@ class Engine:
         params = self._per_item(sampling_params, n, "sampling_params")
         salts = self._per_item(cache_salt, n, "cache_salt")
         rids = self._per_item(rid, n, "rid")
-        return [self._request(ids, p, s, prefix_cache, session_id, priority, r)
+        unknown = set(logprobs or {}) - set(LOGPROB_ARGS)
+        if unknown:
+            raise InvalidRequest(f"unknown arguments: {sorted(unknown)}")
+        per_item = {k: self._per_item((logprobs or {}).get(k), n, k) for k in LOGPROB_ARGS}
+        reqs = [self._request(ids, p, s, prefix_cache, session_id, priority, r)
                 for ids, p, s, r in zip(ids_list, params, salts, rids, strict=True)]
+        for i, req in enumerate(reqs):
+            self._attach_logprobs(req, **{k: v[i] for k, v in per_item.items()})
+        return reqs
+
+    def _attach_logprobs(self, req: Request, return_logprob: Any, logprob_start_len: Any, top_logprobs_num: Any,
+                         return_text_in_logprobs: Any) -> None:
+        if not return_logprob:
+            return  # as SGLang: the other logprob arguments mean nothing without it
+        spec = LogprobSpec.resolve(len(req.input_ids), logprob_start_len, top_logprobs_num,
+                                   bool(return_text_in_logprobs))
+        req.logprob = LogprobState(spec, len(req.input_ids))
+        req.tokenizer = self.tokenizer
 
     @staticmethod
     def _per_item(value: Any, n: int, name: str) -> list:
@@ -199,13 +224,16 @@ class Engine:
         if sp.max_new_tokens > room:
             sp = SamplingParams.from_dict({**asdict(sp), "max_new_tokens": room, **sp.extra})
         grammar = None
-        if sp.json_schema or sp.regex:
+        if sp.json_schema or sp.regex or sp.ebnf:
             from runtime.grammar import GrammarMatcher
 
-            grammar = GrammarMatcher.compile(self.tokenizer, sp.json_schema, sp.regex)
+            grammar = GrammarMatcher.compile(self.tokenizer, sp.json_schema, sp.regex, ebnf=sp.ebnf)
+        bad = [k for k in (sp.logit_bias or {}) if int(k) >= self.model.cfg.vocab_size]
+        if bad:
+            raise InvalidRequest(f"logit_bias: token ids out of range [0, {self.model.cfg.vocab_size}): {bad[:5]}")
         return Request(rid=rid or uuid.uuid4().hex, input_ids=ids, params=sp, namespace=salt or "",
                        use_cache=bool(prefix_cache), session_id=session_id, priority=int(priority or 0),
-                       sampler=Sampler(sp), grammar=grammar)
+                       sampler=Sampler(sp, self.eos_ids), grammar=grammar)
 
     def _submit(self, reqs: list[Request]) -> None:
         if self._closed:
@@ -228,8 +256,10 @@ class Engine:
     def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
 
-    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
-        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
+    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True, **template_kwargs: Any) -> str:
+        """`template_kwargs` become template variables (SGLang's `chat_template_kwargs`)."""
+        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt,
+                                                  **template_kwargs)
 
     @property
     def model_info(self) -> dict[str, Any]:

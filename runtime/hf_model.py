@@ -53,4 +53,6 @@ class HFModel:
             kv.k[i, :, m : m + n] = layer.keys[0, :, m : m + n]
             kv.v[i, :, m : m + n] = layer.values[0, :, m : m + n]
         kv.length += n
+        if seg.logits_from >= 0:
+            seg.prompt_logits = out.logits[0, seg.logits_from :].float()
         return out.logits[:, -1].float()

@@ -127,6 +127,9 @@ class Segment:
 
     kv: SeqKV
     ids: list[int]
+    #: >= 0: also keep the logits of ids[logits_from:] in `prompt_logits` (prompt logprobs)
+    logits_from: int = -1
+    prompt_logits: torch.Tensor | None = None  # [n - logits_from, vocab] float32, set by forward
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,8 +238,22 @@ class LlamaModel:
             x = x + layer.down(F.silu(gate) * up)
         for s, n in zip(segments, lens, strict=True):
             s.kv.length += n
-        last = torch.tensor(lens, device=self.device).cumsum(0) - 1
-        return self.lm_head(self._rms(x[last], self.norm)).float()
+        ends = torch.tensor(lens).cumsum(0)
+        if all(s.logits_from < 0 for s in segments):
+            return self.lm_head(self._rms(x[(ends - 1).to(self.device)], self.norm)).float()
+        return self._logits_with_prompt(segments, x, ends.tolist())
+
+    def _logits_with_prompt(self, segments: list[Segment], x: torch.Tensor, ends: list[int]) -> torch.Tensor:
+        """Last-token logits [S, vocab], and every row from `logits_from` on where a segment asks."""
+        spans = [(end - len(s.ids) + s.logits_from if s.logits_from >= 0 else end - 1, end)
+                 for s, end in zip(segments, ends, strict=True)]
+        rows = torch.cat([torch.arange(a, b) for a, b in spans]).to(self.device)
+        logits = self.lm_head(self._rms(x[rows], self.norm)).float()
+        parts = logits.split([b - a for a, b in spans])
+        for s, part in zip(segments, parts, strict=True):
+            if s.logits_from >= 0:
+                s.prompt_logits = part
+        return torch.stack([part[-1] for part in parts])
 
     def _attend(self, li: int, views: list[_Views], lens: list[int], q, k, v) -> torch.Tensor:
         # Per request and layer this is a few ops on views prepared once per step: with several

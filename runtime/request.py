@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runtime.cache.radix import TreeNode
+from runtime.logprobs import LogprobState
 from runtime.model import SeqKV
 from runtime.sampling import Sampler, SamplingParams
 
@@ -24,6 +25,8 @@ class Request:
     priority: int
     sampler: Sampler
     grammar: Any | None = None  # runtime.grammar.GrammarMatcher
+    logprob: LogprobState | None = None  # set when the request asks for logprobs
+    tokenizer: Any | None = None  # decodes logprob token texts (return_text_in_logprobs)
     arrival: float = field(default_factory=time.perf_counter)
     # scheduling state
     cached_len: int = 0  # prompt tokens served from the cache (reported)
@@ -52,6 +55,12 @@ class Request:
         return [self.output_ids[-1]]
 
     def meta_info(self, now: float) -> dict[str, Any]:
+        meta = self._meta(now)
+        if self.logprob is not None:
+            meta.update(self.logprob.meta_info(self.input_ids, self.output_ids, self.tokenizer))
+        return meta
+
+    def _meta(self, now: float) -> dict[str, Any]:
         return {
             "id": self.rid,
             "prompt_tokens": len(self.input_ids),

@@ -29,6 +29,16 @@ class SamplingParams:
     regex: str | None = None
     seed: int | None = None
     skip_special_tokens: bool = True
+    ebnf: str | None = None
+    # SGLang's penalties: frequency/presence subtract per generated occurrence / once; repetition
+    # divides positive (multiplies negative) logits of tokens already generated
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    #: end-of-sequence and stop_token_ids are masked until this many tokens were generated
+    min_new_tokens: int = 0
+    #: token id -> bias added to its logit (OpenAI's and SGLang's logit_bias; keys as strings or ints)
+    logit_bias: dict | None = None
     extra: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -41,13 +51,23 @@ class SamplingParams:
             (0 < self.top_p <= 1, "top_p must be in (0, 1]"),
             (self.top_k == -1 or self.top_k >= 1, "top_k must be -1 (off) or >= 1"),
             (0 <= self.min_p <= 1, "min_p must be in [0, 1]"),
-            (not (self.json_schema and self.regex), "json_schema and regex are mutually exclusive"),
+            (sum(x is not None for x in (self.json_schema, self.regex, self.ebnf)) <= 1,
+             "json_schema, regex and ebnf are mutually exclusive"),
+            (-2 <= self.frequency_penalty <= 2, "frequency_penalty must be in [-2, 2]"),
+            (-2 <= self.presence_penalty <= 2, "presence_penalty must be in [-2, 2]"),
+            (0 < self.repetition_penalty <= 2, "repetition_penalty must be in (0, 2]"),
+            (self.min_new_tokens >= 0, "min_new_tokens must be >= 0"),
+            (_bias_ok(self.logit_bias), "logit_bias must map token ids (>= 0) to finite numbers in [-100, 100]"),
             (all(isinstance(s, str) and s for s in self.stop), "stop must hold non-empty strings"),
             (all(isinstance(t, int) and t >= 0 for t in self.stop_token_ids), "stop_token_ids must be >= 0"),
         ]
         for ok, message in checks:
             if not ok:
                 raise InvalidRequest(message)
+
+    @property
+    def penalized(self) -> bool:
+        return bool(self.frequency_penalty or self.presence_penalty or self.repetition_penalty != 1.0)
 
     @property
     def greedy(self) -> bool:
@@ -67,20 +87,77 @@ class SamplingParams:
         for key in ("stop", "stop_token_ids"):
             if key in kwargs:
                 kwargs[key] = tuple(kwargs[key])
+        if "min_tokens" in params and "min_new_tokens" not in kwargs:  # vLLM's / OpenAI clients' name
+            kwargs["min_new_tokens"] = params.pop("min_tokens")
         try:
             return cls(**kwargs, extra=params)
         except TypeError as exc:
             raise InvalidRequest(f"bad sampling_params: {exc}") from exc
 
 
-class Sampler:
-    """Picks the next token from one row of logits. One per request (it owns the seeded RNG)."""
+def _bias_ok(bias: dict | None) -> bool:
+    if bias is None:
+        return True
+    if not isinstance(bias, dict):
+        return False
+    for key, value in bias.items():
+        id_ok = (isinstance(key, int) and not isinstance(key, bool) and key >= 0) or (
+            isinstance(key, str) and key.isascii() and key.isdigit())  # "²".isdigit() too, but int() fails
+        value_ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        if not (id_ok and value_ok and -100 <= value <= 100):
+            return False
+    return True
 
-    def __init__(self, params: SamplingParams) -> None:
+
+class Sampler:
+    """Picks the next token from one row of logits. One per request (it owns the seeded RNG and
+    the counts of generated tokens that the penalties read)."""
+
+    def __init__(self, params: SamplingParams, stop_ids: set[int] | frozenset[int] = frozenset()) -> None:
         self.params = params
         self.generator: torch.Generator | None = None
         if params.seed is not None:
             self.generator = torch.Generator().manual_seed(params.seed)
+        self.stop_ids = sorted(set(stop_ids) | set(params.stop_token_ids))  # what min_new_tokens holds back
+        self.counts: torch.Tensor | None = None  # [vocab] generated occurrences, for penalties
+        self.generated = 0
+
+    def adjust(self, logits: torch.Tensor) -> torch.Tensor:
+        """SGLang's order: logit_bias, then penalties, then min_new_tokens' mask. Returns a new row
+        (or `logits` itself when nothing applies); this is the distribution logprobs report."""
+        p = self.params
+        if not (p.logit_bias or p.penalized or self.generated < p.min_new_tokens):
+            return logits
+        logits = logits.clone()
+        vocab = logits.shape[-1]
+        if p.logit_bias:
+            for key, bias in p.logit_bias.items():
+                if int(key) < vocab:
+                    logits[int(key)] += float(bias)
+        if p.penalized and self.counts is not None:
+            seen = self.counts > 0
+            if p.repetition_penalty != 1.0:
+                scaled = torch.where(logits < 0, logits * p.repetition_penalty, logits / p.repetition_penalty)
+                logits = torch.where(seen, scaled, logits)
+            logits -= p.frequency_penalty * self.counts + p.presence_penalty * seen.float()
+        if self.generated < p.min_new_tokens:
+            ids = [t for t in self.stop_ids if t < vocab]
+            logits[ids] = float("-inf")
+        return logits
+
+    def observe(self, token: int, vocab: int) -> None:
+        """Count one generated token (penalties and min_new_tokens read the counts)."""
+        self.generated += 1
+        if self.params.penalized:
+            if self.counts is None:
+                self.counts = torch.zeros(vocab)
+            self.counts[token] += 1
+
+    def logprobs(self, adjusted: torch.Tensor) -> torch.Tensor:
+        """What an output token's logprob is taken from, as SGLang by default: the adjusted logits,
+        divided by the temperature unless greedy; before top-k / top-p / min-p and grammar masks."""
+        p = self.params
+        return torch.log_softmax(adjusted if p.greedy else adjusted / p.temperature, dim=-1)
 
     def __call__(self, logits: torch.Tensor, mask: torch.Tensor | None = None) -> int:
         """logits: [vocab] float32; mask: [vocab] bool of allowed tokens (grammar), or None."""

@@ -151,6 +151,8 @@ class Scheduler:
         logits = self.model.forward(segments).cpu()  # sampling, grammar masks and RNGs live on the CPU
         now = time.perf_counter()
         for row, req in enumerate(fed):
+            if segments[row].prompt_logits is not None:
+                self._record_prompt_logprobs(req, segments[row])
             if not req.prefilled:
                 continue
             try:
@@ -160,6 +162,19 @@ class Scheduler:
                 log.exception("request %s failed", req.rid)
                 req.error = exc
                 self._finish(req, {"type": "abort", "message": str(exc)})
+
+    @staticmethod
+    def _record_prompt_logprobs(req: Request, seg: Segment) -> None:
+        assert req.logprob is not None and req.kv is not None and seg.prompt_logits is not None
+        first = req.kv.length - len(seg.ids) + seg.logits_from  # forward advanced kv.length
+        req.logprob.record_prompt(seg.prompt_logits.cpu(), first, req.input_ids)
+
+    @staticmethod
+    def _match_limit(req: Request) -> int:
+        """Prompt tokens the cache may serve: never the last (its logits are always computed as in a
+        cold run), and none from `logprob_start_len` on (prompt logprobs need their logits)."""
+        limit = len(req.input_ids) - 1
+        return limit if req.logprob is None else min(limit, req.logprob.match_limit)
 
     def _footprint(self, req: Request) -> int:
         return len(req.input_ids) + req.params.max_new_tokens
@@ -203,25 +218,26 @@ class Scheduler:
         prompt token: its logits are always computed (see _start)."""
         if not (self.cache_enabled and req.use_cache):
             return 0
-        return min(self.cache.cached_length(req.input_ids, req.namespace), len(req.input_ids) - 1)
+        return min(self.cache.cached_length(req.input_ids, req.namespace), self._match_limit(req))
 
     def _shares_pending_prefix(self, req: Request) -> bool:
         """True when a still-prefilling request covers a long uncached prefix of `req` (forks,
-        QA fan-out): waiting for its publish computes that prefix once instead of n times."""
+        QA fan-out, the choices of n > 1): waiting for its publish computes that prefix once
+        instead of n times. An identical prompt always waits, however short."""
         if not (self.cache_enabled and req.use_cache):
             return False
         for other in self.running:
             if other.prefilled or not other.use_cache or other.namespace != req.namespace:
                 continue
-            if _common_prefix(req.input_ids, other.input_ids) >= other.cached_len + MIN_SHARED_PREFIX:
+            gain = min(_common_prefix(req.input_ids, other.input_ids), self._match_limit(req)) - other.cached_len
+            if gain >= MIN_SHARED_PREFIX or (gain > 0 and req.input_ids == other.input_ids):
                 return True
         return False
 
     def _start(self, req: Request) -> None:
         """Match the cached prefix, lock it, copy its KV into the request's buffer."""
         if self.cache_enabled and req.use_cache:
-            # Never match the last prompt token: its logits must be computed as in a cold run.
-            match = self.cache.match_prefix(req.input_ids[:-1], req.namespace, req.session_id)
+            match = self.cache.match_prefix(req.input_ids[: self._match_limit(req)], req.namespace, req.session_id)
             req.cached_len = req.tree_len = match.length
             req.last_node = match.node
             self.cache.lock(match.node)
@@ -251,7 +267,8 @@ class Scheduler:
             if budget <= 0 and segments:
                 break
             chunk = req.next_chunk(max(budget, 1))
-            segments.append(Segment(req.kv, chunk))
+            keep = req.logprob.logits_from(req.kv.length, len(chunk)) if req.logprob is not None else -1
+            segments.append(Segment(req.kv, chunk, keep))
             fed.append(req)
             budget -= len(chunk)
         return segments, fed
@@ -283,7 +300,11 @@ class Scheduler:
             self._finish(req, {"type": "length", "length": 0})
             return
         mask = req.grammar.allowed_mask(logits.shape[-1]) if req.grammar is not None else None
-        token = req.sampler(logits, mask)
+        adjusted = req.sampler.adjust(logits)  # logit_bias, penalties, min_new_tokens
+        token = req.sampler(adjusted, mask)
+        req.sampler.observe(token, logits.shape[-1])
+        if req.logprob is not None:
+            req.logprob.record_output(req.sampler.logprobs(adjusted), token)
         if req.first_token_time is None:
             req.first_token_time = now
         req.output_ids.append(token)

@@ -39,8 +39,6 @@ def native_router(state: ServerState) -> APIRouter:
     @r.post("/generate")
     @r.put("/generate")
     async def generate(req: GenerateRequest) -> Response:
-        if req.wants_logprobs:
-            raise ApiError(400, "return_logprob: logprobs are not supported by this server")
         kwargs = _generate_kwargs(state, req)
         if req.stream:
             if req.is_batch:
@@ -155,9 +153,12 @@ def native_router(state: ServerState) -> APIRouter:
 
 
 def _generate_kwargs(state: ServerState, req: GenerateRequest) -> dict[str, Any]:
-    sampling = req.sampling_params.to_dict() if req.sampling_params else {}
+    try:
+        sampling = req.sampling_dicts()
+    except ValueError as exc:
+        raise ApiError(400, str(exc)) from exc
     session_id = req.session_id or state.check_session_params(req.session_params)
-    return state.engine_kwargs(
+    return req.logprob_kwargs() | state.engine_kwargs(
         prompt=req.text,
         input_ids=req.input_ids if req.text is None else None,
         sampling=sampling,

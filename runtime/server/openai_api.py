@@ -15,8 +15,10 @@ from typing import Any
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from runtime.server import openai_logprobs as lp
 from runtime.server.bridge import SSE_DONE, close_stream, sse, sse_error
 from runtime.server.errors import ApiError
+from runtime.server.openai_stream import close_merged, merge_streams
 from runtime.server.schemas import ChatCompletionRequest, ChatMessage, CompletionRequest, _OpenAIBase
 from runtime.server.state import ServerState
 
@@ -33,9 +35,10 @@ def openai_router(state: ServerState) -> APIRouter:
         call = _Call(state, req, "text_completion", "cmpl")
         if req.stream:
             _check_single(req, prompt if prompt is not None else input_ids)
-            chunks = await state.bridge.open_stream(**kwargs)
-            return StreamingResponse(call.stream(chunks, chat=False), media_type="text/event-stream")
-        outs = await _generate_n(state, kwargs, req.n)
+            streams = await _open_streams(state, kwargs, req.n)
+            echo = _echo_text(state, prompt, input_ids, 0) if req.echo else ""
+            return StreamingResponse(call.stream(streams, chat=False, echo=echo), media_type="text/event-stream")
+        outs = await _generate_n(state, kwargs, req)
         echo = (
             [_echo_text(state, prompt, input_ids, i // req.n) for i in range(len(outs))] if req.echo else None
         )
@@ -44,14 +47,17 @@ def openai_router(state: ServerState) -> APIRouter:
     @r.post("/v1/chat/completions")
     async def chat_completions(req: ChatCompletionRequest) -> Response:
         messages = [_message_dict(i, m) for i, m in enumerate(req.messages)]
-        text = await state.bridge.call(state.engine.apply_chat_template, messages, add_generation_prompt=True)
+        template_kwargs = _template_kwargs(req.chat_template_kwargs)
+        text = await state.bridge.call(
+            state.engine.apply_chat_template, messages, add_generation_prompt=True, **template_kwargs
+        )
         kwargs = _kwargs(state, req, req.max_new_tokens, prompt=text)
         call = _Call(state, req, "chat.completion", "chatcmpl")
         if req.stream:
             _check_single(req, text)
-            chunks = await state.bridge.open_stream(**kwargs)
-            return StreamingResponse(call.stream(chunks, chat=True), media_type="text/event-stream")
-        outs = await _generate_n(state, kwargs, req.n)
+            streams = await _open_streams(state, kwargs, req.n)
+            return StreamingResponse(call.stream(streams, chat=True), media_type="text/event-stream")
+        outs = await _generate_n(state, kwargs, req)
         return JSONResponse(call.chat_body(outs))
 
     @r.get("/v1/models")
@@ -91,16 +97,32 @@ def _split_prompt(prompt: Any) -> tuple[str | list[str] | None, list[int] | list
 
 def _check_single(req: _OpenAIBase, prompt: Any) -> None:
     is_batch = isinstance(prompt, list) and bool(prompt) and isinstance(prompt[0], (str, list))
-    if req.n != 1 or is_batch:
-        raise ApiError(400, "stream: streaming supports one prompt with n=1")
+    if is_batch:
+        raise ApiError(400, "stream: streaming supports one prompt (n choices of it)")
+
+
+#: arguments of transformers' apply_chat_template (messages and tools have their own request fields)
+TEMPLATE_CALL_ARGS = frozenset({
+    "conversation", "tools", "documents", "chat_template", "add_generation_prompt", "continue_final_message",
+    "tokenize", "padding", "truncation", "max_length", "return_tensors", "return_dict",
+    "return_assistant_tokens_mask", "tokenizer_kwargs",
+})  # fmt: skip
+
+
+def _template_kwargs(extra: dict[str, Any] | None) -> dict[str, Any]:
+    """`chat_template_kwargs` go to the template as variables (e.g. `enable_thinking`); names of
+    apply_chat_template's own arguments would change what it returns, so they are refused."""
+    clash = sorted(set(extra or {}) & TEMPLATE_CALL_ARGS)
+    if clash:
+        raise ApiError(400, f"chat_template_kwargs: {clash} cannot be set (arguments of the template call)")
+    return dict(extra or {})
 
 
 def _kwargs(
     state: ServerState, req: _OpenAIBase, max_new_tokens: int | None, **inputs: Any
 ) -> dict[str, Any]:
-    if req.logprobs:
-        raise ApiError(400, "logprobs: not supported by this server")
-    return state.engine_kwargs(
+    lp.candidates(req)  # best_of is checked before anything runs
+    return lp.engine_logprob_kwargs(req) | state.engine_kwargs(
         **inputs,
         sampling=req.sampling_dict(max_new_tokens),
         cache_salt=req.cache_salt,
@@ -111,18 +133,41 @@ def _kwargs(
     )
 
 
-async def _generate_n(state: ServerState, kwargs: dict[str, Any], n: int) -> list[dict[str, Any]]:
-    """One engine call for the whole batch: each prompt repeated `n` times, in prompt order."""
+async def _open_streams(state: ServerState, kwargs: dict[str, Any], n: int) -> list[AsyncIterator[dict[str, Any]]]:
+    """One engine stream per choice; the first is opened (and its prompt queued) before the others,
+    so they find its prefix in the tree instead of computing it again."""
+    streams: list[AsyncIterator[dict[str, Any]]] = []
+    try:
+        for i in range(n):
+            choice = {**kwargs, "sampling_params": lp.choice_sampling(kwargs["sampling_params"], i)}
+            if i:
+                choice.pop("rid", None)
+            streams.append(await state.bridge.open_stream(**choice))
+    except BaseException:
+        for stream in streams:
+            await close_stream(stream)
+        raise
+    return streams
+
+
+async def _generate_n(state: ServerState, kwargs: dict[str, Any], req: _OpenAIBase) -> list[dict[str, Any]]:
+    """One engine call for the whole batch: each prompt repeated once per candidate (each with its
+    own seed), in prompt order; with best_of, the best `n` of each prompt's candidates."""
+    count, n = lp.candidates(req), req.n
     key = "prompt" if "prompt" in kwargs else "input_ids"
     value = kwargs[key]
     prompts = value if isinstance(value, list) and value and isinstance(value[0], (str, list)) else [value]
-    if n > 1 or len(prompts) > 1:
-        kwargs = {**kwargs, key: [p for p in prompts for _ in range(n)]}
+    if count > 1 or len(prompts) > 1:
+        sampling = kwargs["sampling_params"]
+        kwargs = {**kwargs, key: [p for p in prompts for _ in range(count)],
+                  "sampling_params": [lp.choice_sampling(sampling, i) for _ in prompts for i in range(count)]}
         kwargs.pop("rid", None)
+    if count > n and not kwargs.get("return_logprob"):
+        kwargs["return_logprob"] = True  # ranking needs them; the response shows them only if asked
     out = await state.bridge.generate(**kwargs)
     outs = out if isinstance(out, list) else [out]
     state.observe("openai", outs)
-    return outs
+    return [o for i in range(len(prompts)) for o in lp.best(outs[i * count : (i + 1) * count], n)]
 
 
 def _echo_text(state: ServerState, prompt: Any, input_ids: Any, index: int) -> str:
@@ -154,10 +199,11 @@ def _finish(meta: dict[str, Any]) -> tuple[str, Any]:
     return str(reason), None
 
 
-def usage(metas: list[dict[str, Any]]) -> dict[str, Any]:
-    prompt = sum(int(m.get("prompt_tokens", 0)) for m in metas)
+def usage(metas: list[dict[str, Any]], choices: int = 1) -> dict[str, Any]:
+    """Token counts; with n choices per prompt the prompt (and its cached part) counts once."""
+    prompt = sum(int(m.get("prompt_tokens", 0)) for m in metas[::choices])
     completion = sum(int(m.get("completion_tokens", 0)) for m in metas)
-    cached = sum(int(m.get("cached_tokens", 0) or 0) for m in metas)
+    cached = sum(int(m.get("cached_tokens", 0) or 0) for m in metas[::choices])
     return {
         "prompt_tokens": prompt,
         "completion_tokens": completion,
@@ -176,6 +222,7 @@ class _Call:
         self.id = f"{prefix}-{uuid.uuid4().hex}"
         self.created = int(time.time())
         self.model = req.model or state.model_name
+        self.logprobs = bool(req.logprobs is not None and req.logprobs is not False)
 
     def _envelope(self, object_: str, choices: list[dict[str, Any]]) -> dict[str, Any]:
         return {
@@ -189,13 +236,15 @@ class _Call:
     def completion_body(self, outs: list[dict[str, Any]], echo: list[str] | None) -> dict[str, Any]:
         choices = []
         for i, out in enumerate(outs):
-            reason, matched = _finish(out["meta_info"])
+            meta = out["meta_info"]
+            reason, matched = _finish(meta)
             text = (echo[i] if echo else "") + out["text"]
+            logprobs = lp.completion_logprobs(meta, bool(echo)) if self.logprobs else None
             choices.append(
-                {"index": i, "text": text, "logprobs": None, "finish_reason": reason, "matched_stop": matched}
+                {"index": i, "text": text, "logprobs": logprobs, "finish_reason": reason, "matched_stop": matched}
             )
         body = self._envelope("text_completion", choices)
-        body["usage"] = usage([o["meta_info"] for o in outs])
+        body["usage"] = usage([o["meta_info"] for o in outs], self.req.n)
         return body
 
     def chat_body(self, outs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -207,52 +256,96 @@ class _Call:
                 {
                     "index": i,
                     "message": message,
-                    "logprobs": None,
+                    "logprobs": lp.chat_logprobs(out["meta_info"]) if self.logprobs else None,
                     "finish_reason": reason,
                     "matched_stop": matched,
                 }
             )
         body = self._envelope("chat.completion", choices)
-        body["usage"] = usage([o["meta_info"] for o in outs])
+        body["usage"] = usage([o["meta_info"] for o in outs], self.req.n)
         return body
 
-    def _chunk(self, chat: bool, delta: str, reason: str | None, role: bool = False) -> dict[str, Any]:
+    def _chunk(
+        self, chat: bool, index: int, delta: str, reason: str | None, role: bool = False, logprobs: Any = None
+    ) -> dict[str, Any]:
         if chat:
             payload: dict[str, Any] = {"role": "assistant", "content": delta} if role else {"content": delta}
-            choice = {"index": 0, "delta": payload, "logprobs": None, "finish_reason": reason}
+            choice = {"index": index, "delta": payload, "logprobs": logprobs, "finish_reason": reason}
             return self._envelope("chat.completion.chunk", [choice])
-        choice = {"index": 0, "text": delta, "logprobs": None, "finish_reason": reason}
+        choice = {"index": index, "text": delta, "logprobs": logprobs, "finish_reason": reason}
         return self._envelope("text_completion", [choice])
 
-    async def stream(self, chunks: AsyncIterator[dict[str, Any]], chat: bool) -> AsyncIterator[bytes]:
-        """Engine chunks carry cumulative text; OpenAI chunks carry deltas."""
-        sent, last = "", None
+    async def stream(
+        self, streams: list[AsyncIterator[dict[str, Any]]], chat: bool, echo: str = ""
+    ) -> AsyncIterator[bytes]:
+        """Engine chunks carry cumulative text (and logprobs); OpenAI chunks carry deltas, one
+        choice per chunk, tagged with its index. Under `echo` each choice starts with the prompt."""
+        n = len(streams)
+        sent, lp_sent = [""] * n, [0] * n
+        last: list[dict[str, Any] | None] = [None] * n
+        merged = merge_streams(streams)
         try:
-            if chat:
-                yield sse(self._chunk(chat, "", None, role=True))
-            async for chunk in chunks:
-                last = chunk
-                text = chunk.get("text", "")
-                delta, sent = text[len(sent) :], text
-                if delta:
-                    yield sse(self._chunk(chat, delta, None))
+            for i in range(n):
+                if chat:
+                    yield sse(self._chunk(chat, i, "", None, role=True))
+            async for i, chunk in merged:
+                if last[i] is None and echo:
+                    yield sse(self._echo_chunk(i, echo, chunk.get("meta_info", {})))
+                last[i] = chunk
+                for event in self._deltas(i, chunk, chat, len(echo), sent, lp_sent):
+                    yield event
         except Exception as exc:  # headers already sent: report in-band
-            last = None
+            last = [None] * n
             yield sse_error(exc)
-        finally:
-            await close_stream(chunks)
-        if last is not None:
-            for event in self._tail(last, chat):
+        finally:  # client gone or done: every engine stream is closed (aborting what still runs)
+            await close_merged(merged, streams)
+        if all(m is not None for m in last):
+            for event in self._tail(last, chat):  # type: ignore[arg-type]
                 yield event
         yield SSE_DONE
 
-    def _tail(self, last: dict[str, Any], chat: bool) -> list[bytes]:
-        """The finish_reason chunk and, when asked, the usage chunk."""
-        meta = last.get("meta_info", {})
-        self.state.observe("openai", last)
-        events = [sse(self._chunk(chat, "", _finish(meta)[0]))]
-        if self.req.include_usage:
-            body = self._envelope("chat.completion.chunk" if chat else "text_completion", [])
-            body["usage"] = usage([meta])
-            events.append(sse(body))
+    def _echo_chunk(self, i: int, echo: str, meta: dict[str, Any]) -> dict[str, Any]:
+        logprobs = lp.prompt_logprobs(meta) if self.logprobs else None
+        return self._with_usage(self._chunk(False, i, echo, None, logprobs=logprobs), meta)
+
+    def _deltas(
+        self, i: int, chunk: dict[str, Any], chat: bool, echo_len: int, sent: list[str], lp_sent: list[int]
+    ) -> list[bytes]:
+        """The chunks one engine chunk of choice `i` turns into: its new text (with the logprobs of
+        its new tokens), then its finish_reason once it is done."""
+        meta = chunk.get("meta_info", {})
+        text = chunk.get("text", "")
+        delta = text[len(sent[i]) :]
+        entries = self._new_logprobs(meta, chat, lp_sent[i], echo_len + len(sent[i]))
+        sent[i] = text
+        count = len(entries["content"] if chat else entries["tokens"]) if entries else 0
+        lp_sent[i] += count
+        events = []
+        if delta or count:
+            events.append(sse(self._with_usage(self._chunk(chat, i, delta, None, logprobs=entries), meta)))
+        if meta.get("finish_reason") is not None:
+            events.append(sse(self._with_usage(self._chunk(chat, i, "", _finish(meta)[0]), meta)))
         return events
+
+    def _new_logprobs(self, meta: dict[str, Any], chat: bool, start: int, offset: int) -> dict[str, Any] | None:
+        if not self.logprobs:
+            return None
+        if chat:
+            return lp.chat_logprobs(meta, start)
+        return lp.completion_logprobs(meta, False, start, offset)
+
+    def _with_usage(self, body: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
+        """`stream_options.continuous_usage_stats`: this choice's usage so far in every chunk."""
+        if self.req.continuous_usage:
+            body["usage"] = usage([meta])
+        return body
+
+    def _tail(self, last: list[dict[str, Any]], chat: bool) -> list[bytes]:
+        """When asked, the usage chunk (empty `choices`) over every choice."""
+        metas = [chunk.get("meta_info", {}) for chunk in last]
+        self.state.observe("openai", last)
+        if not self.req.include_usage:
+            return []
+        body = self._envelope("chat.completion.chunk" if chat else "text_completion", [])
+        body["usage"] = usage(metas, len(metas))
+        return [sse(body)]

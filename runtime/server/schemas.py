@@ -60,8 +60,9 @@ class SamplingParamsIn(BaseModel):
     """SGLang's `sampling_params` object (its schema rejects unknown keys, so does this one).
 
     None means "not set". `seed` is our name; SGLang's `sampling_seed` is accepted as its alias.
-    Penalties, `min_new_tokens` and `spaces_between_special_tokens` are accepted for SGLang clients
-    and passed on in `SamplingParams.extra`; the embedded engine does not apply them.
+    Penalties, `min_new_tokens`, `logit_bias` and `ebnf` are applied as SGLang applies them
+    (runtime/sampling.py); `spaces_between_special_tokens`, `no_stop_trim` and `stream_interval`
+    are accepted for SGLang clients and passed on in `SamplingParams.extra`.
     """
 
     model_config = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
@@ -80,35 +81,33 @@ class SamplingParamsIn(BaseModel):
     sampling_seed: int | None = SEED
     skip_special_tokens: bool | None = None
     n: int | None = Field(default=None, ge=1, le=1)
-    # accepted from SGLang clients, not applied by the embedded engine
-    frequency_penalty: float | None = None
-    presence_penalty: float | None = None
-    repetition_penalty: float | None = None
+    frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
+    presence_penalty: float | None = Field(default=None, ge=-2, le=2)
+    repetition_penalty: float | None = Field(default=None, gt=0, le=2)
     min_new_tokens: int | None = Field(default=None, ge=0)
+    ebnf: str | None = None
+    logit_bias: dict[str, float] | None = None
+    # accepted from SGLang clients, not applied by the embedded engine
     spaces_between_special_tokens: bool | None = None
     no_stop_trim: bool | None = None
     stream_interval: int | None = None
     # SGLang features this server refuses rather than ignores (they change the output)
     stop_regex: str | list[str] | None = None
-    ebnf: str | None = None
     structural_tag: str | None = None
-    logit_bias: dict[str, float] | None = None
 
     @model_validator(mode="after")
     def _supported(self) -> SamplingParamsIn:
-        for name in ("stop_regex", "ebnf", "structural_tag"):
+        for name in ("stop_regex", "structural_tag"):
             if getattr(self, name):
                 raise ValueError(f"{name} is not supported by this server")
-        if self.logit_bias:
-            raise ValueError("logit_bias is not supported by this server")
         return self
 
     def to_dict(self) -> dict[str, Any]:
         """The set values only, in the shape `SamplingParams.from_dict` takes."""
-        params = self.model_dump(exclude_none=True, exclude={"sampling_seed", "n", "logit_bias"})
+        params = self.model_dump(exclude_none=True, exclude={"sampling_seed", "n"})
         if self.seed is None and self.sampling_seed is not None:
             params["seed"] = self.sampling_seed
-        for name in ("stop_regex", "ebnf", "structural_tag"):
+        for name in ("stop_regex", "structural_tag"):
             params.pop(name, None)
         return params
 
@@ -118,7 +117,8 @@ class GenerateRequest(_Request):
 
     text: str | list[str] | None = None
     input_ids: list[int] | list[list[int]] | None = None
-    sampling_params: SamplingParamsIn | None = None
+    #: one for every prompt, or a list with one per prompt of a batch
+    sampling_params: SamplingParamsIn | list[SamplingParamsIn] | None = None
     stream: bool = False
     rid: str | list[str] | None = None
     session_params: dict[str, Any] | None = None
@@ -131,6 +131,24 @@ class GenerateRequest(_Request):
     logprob_start_len: int | list[int] | None = None
     top_logprobs_num: int | list[int] | None = None
     return_text_in_logprobs: bool = False
+
+    def sampling_dicts(self) -> dict[str, Any] | list[dict[str, Any]]:
+        if isinstance(self.sampling_params, list):
+            if not self.is_batch:
+                raise ValueError("sampling_params: a list needs a batch of prompts (one entry per prompt)")
+            return [p.to_dict() for p in self.sampling_params]
+        return self.sampling_params.to_dict() if self.sampling_params else {}
+
+    def logprob_kwargs(self) -> dict[str, Any]:
+        """SGLang's logprob arguments of `engine.generate` (only when some prompt asks for logprobs)."""
+        if not self.wants_logprobs:
+            return {}
+        return {
+            "return_logprob": self.return_logprob,
+            "logprob_start_len": self.logprob_start_len,
+            "top_logprobs_num": self.top_logprobs_num,
+            "return_text_in_logprobs": self.return_text_in_logprobs,
+        }
 
     @model_validator(mode="after")
     def _one_input(self) -> GenerateRequest:
@@ -193,8 +211,9 @@ class _OpenAIBase(_Request):
     stream_options: StreamOptions | None = None
     stop: str | list[str] | None = None
     seed: int | None = SEED
-    presence_penalty: float | None = None
-    frequency_penalty: float | None = None
+    presence_penalty: float | None = Field(default=None, ge=-2, le=2)
+    frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
+    logit_bias: dict[str, float] | None = None
     logprobs: bool | int | None = None
     user: str | None = None
     response_format: ResponseFormat | None = None
@@ -205,6 +224,9 @@ class _OpenAIBase(_Request):
     stop_token_ids: list[int] | None = None
     regex: str | None = None
     json_schema: str | None = None
+    ebnf: str | None = None
+    repetition_penalty: float | None = Field(default=None, gt=0, le=2)
+    min_tokens: int | None = Field(default=None, ge=0)
     skip_special_tokens: bool | None = None
     rid: str | None = None
     session_id: str | None = Field(default=None, **SESSION_ID)
@@ -226,8 +248,14 @@ class _OpenAIBase(_Request):
             "ignore_eos": self.ignore_eos,
             "regex": self.regex,
             "json_schema": self.json_schema,
+            "ebnf": self.ebnf,
             "seed": self.seed,
             "skip_special_tokens": self.skip_special_tokens,
+            "frequency_penalty": self.frequency_penalty,
+            "presence_penalty": self.presence_penalty,
+            "repetition_penalty": self.repetition_penalty,
+            "min_new_tokens": self.min_tokens,
+            "logit_bias": self.logit_bias,
         }
         if self.response_format is not None:
             schema = self.response_format.to_json_schema()
@@ -239,6 +267,10 @@ class _OpenAIBase(_Request):
     def include_usage(self) -> bool:
         return self.stream_options is not None and self.stream_options.include_usage
 
+    @property
+    def continuous_usage(self) -> bool:
+        return self.stream_options is not None and self.stream_options.continuous_usage_stats
+
 
 class CompletionRequest(_OpenAIBase):
     """POST /v1/completions."""
@@ -247,6 +279,8 @@ class CompletionRequest(_OpenAIBase):
     max_tokens: int | None = Field(default=16, ge=0)
     echo: bool = False
     suffix: str | None = None
+    best_of: int | None = Field(default=None, ge=1, le=16)
+    logprobs: int | None = Field(default=None, ge=0, le=20)
 
 
 class ChatMessage(BaseModel):
@@ -268,6 +302,8 @@ class ChatCompletionRequest(_OpenAIBase):
     tools: list[dict[str, Any]] | None = None
     tool_choice: str | dict[str, Any] | None = None
     chat_template_kwargs: dict[str, Any] | None = None
+    logprobs: bool | None = None
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
 
     @property
     def max_new_tokens(self) -> int | None:

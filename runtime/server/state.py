@@ -35,7 +35,7 @@ class ServerState:
         *,
         prompt: str | list[str] | None = None,
         input_ids: list[int] | list[list[int]] | None = None,
-        sampling: dict[str, Any],
+        sampling: dict[str, Any] | list[dict[str, Any]],
         cache_salt: str | None,
         session_id: str | None,
         priority: int | None,
@@ -52,7 +52,8 @@ class ServerState:
             raise ApiError(400, "text/prompt: empty batch")
         if input_ids is not None and not input_ids:
             raise ApiError(400, "input_ids: must not be empty")
-        SamplingParams.from_dict(sampling)  # InvalidRequest -> 400 with the offending field
+        for item in sampling if isinstance(sampling, list) else [sampling]:
+            SamplingParams.from_dict(item)  # InvalidRequest -> 400 with the offending field
         kwargs: dict[str, Any] = {
             "sampling_params": sampling,
             "cache_salt": cache_salt,

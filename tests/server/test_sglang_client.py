@@ -58,3 +58,44 @@ def test_sgl_stream_and_cache_prefix(server) -> None:
     state = count.run(stream=True, backend=backend)
     pieces = list(state.text_iter("more"))
     assert "".join(pieces) == state["more"]
+
+
+def test_sgl_select_scores_choices_by_logprob(server, engine) -> None:
+    """`sgl.select` scores every choice with prompt logprobs (return_logprob + logprob_start_len)."""
+    backend = sgl.RuntimeEndpoint(server.url)
+    choices = [" blue", " green", " purple"]
+
+    @sgl.function
+    def pick(s):
+        s += "Q: What color is the sky on a clear day?\nA: The sky is"
+        s += sgl.select("color", choices=choices)
+
+    state = pick.run(backend=backend)
+    meta = state.get_meta_info("color")
+    scores = meta["normalized_prompt_logprobs"]
+    assert state["color"] == choices[scores.index(max(scores))]
+    # SGLang's client scores from prompt_len - 2 (token healing) and averages the logprobs it got
+    prefix = "Q: What color is the sky on a clear day?\nA: The sky is"
+    start = len(engine.tokenize(prefix)) - 2
+    for choice, score in zip(choices, scores, strict=True):
+        out = engine.generate(prompt=prefix + choice, sampling_params={"max_new_tokens": 0},
+                              return_logprob=True, logprob_start_len=start)
+        values = [lp for lp, _, _ in out["meta_info"]["input_token_logprobs"][1:]]
+        assert score == pytest.approx(sum(values) / len(values), abs=1e-4) and score < 0
+
+
+def test_sgl_gen_returns_logprobs(server) -> None:
+    backend = sgl.RuntimeEndpoint(server.url)
+
+    @sgl.function
+    def continue_(s):
+        s += "Once upon a time"
+        s += sgl.gen("rest", max_tokens=4, temperature=0, return_logprob=True, top_logprobs_num=2,
+                     return_text_in_logprobs=True)
+
+    state = continue_.run(backend=backend)
+    meta = state.get_meta_info("rest")
+    outputs = meta["output_token_logprobs"]
+    assert len(outputs) == meta["completion_tokens"] == 4
+    assert all(lp <= 0 and isinstance(text, str) for lp, _, text in outputs)
+    assert [top[0][1] for top in meta["output_top_logprobs"]] == [tid for _, tid, _ in outputs]  # greedy
