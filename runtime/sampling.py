@@ -29,6 +29,10 @@ class SamplingParams:
     regex: str | None = None
     seed: int | None = None
     skip_special_tokens: bool = True
+    # output shaping (SGLang's names and defaults)
+    spaces_between_special_tokens: bool = True  # passed to the tokenizer's decode, as SGLang does
+    no_stop_trim: bool = False  # keep the matched stop string / stop token in the text
+    stream_interval: int = 1  # a streamed chunk every this many tokens
     extra: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -44,6 +48,7 @@ class SamplingParams:
             (not (self.json_schema and self.regex), "json_schema and regex are mutually exclusive"),
             (all(isinstance(s, str) and s for s in self.stop), "stop must hold non-empty strings"),
             (all(isinstance(t, int) and t >= 0 for t in self.stop_token_ids), "stop_token_ids must be >= 0"),
+            (self.stream_interval >= 1, "stream_interval must be >= 1"),
         ]
         for ok, message in checks:
             if not ok:

@@ -12,10 +12,11 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from runtime.server.bridge import SSE_DONE, close_stream, sse, sse_error
+from runtime.server.control import abort_on_disconnect, normalize_rid
 from runtime.server.errors import ApiError
 from runtime.server.schemas import ChatCompletionRequest, ChatMessage, CompletionRequest, _OpenAIBase
 from runtime.server.state import ServerState
@@ -25,7 +26,7 @@ def openai_router(state: ServerState) -> APIRouter:
     r = APIRouter()
 
     @r.post("/v1/completions")
-    async def completions(req: CompletionRequest) -> Response:
+    async def completions(req: CompletionRequest, request: Request) -> Response:
         if req.suffix:
             raise ApiError(400, "suffix: not supported")
         prompt, input_ids = _split_prompt(req.prompt)
@@ -35,14 +36,14 @@ def openai_router(state: ServerState) -> APIRouter:
             _check_single(req, prompt if prompt is not None else input_ids)
             chunks = await state.bridge.open_stream(**kwargs)
             return StreamingResponse(call.stream(chunks, chat=False), media_type="text/event-stream")
-        outs = await _generate_n(state, kwargs, req.n)
+        outs = await abort_on_disconnect(state, request, kwargs["rid"], _generate_n(state, kwargs, req.n))
         echo = (
             [_echo_text(state, prompt, input_ids, i // req.n) for i in range(len(outs))] if req.echo else None
         )
         return JSONResponse(call.completion_body(outs, echo))
 
     @r.post("/v1/chat/completions")
-    async def chat_completions(req: ChatCompletionRequest) -> Response:
+    async def chat_completions(req: ChatCompletionRequest, request: Request) -> Response:
         messages = [_message_dict(i, m) for i, m in enumerate(req.messages)]
         text = await state.bridge.call(state.engine.apply_chat_template, messages, add_generation_prompt=True)
         kwargs = _kwargs(state, req, req.max_new_tokens, prompt=text)
@@ -51,7 +52,7 @@ def openai_router(state: ServerState) -> APIRouter:
             _check_single(req, text)
             chunks = await state.bridge.open_stream(**kwargs)
             return StreamingResponse(call.stream(chunks, chat=True), media_type="text/event-stream")
-        outs = await _generate_n(state, kwargs, req.n)
+        outs = await abort_on_disconnect(state, request, kwargs["rid"], _generate_n(state, kwargs, req.n))
         return JSONResponse(call.chat_body(outs))
 
     @r.get("/v1/models")
@@ -107,7 +108,7 @@ def _kwargs(
         session_id=req.session_id or state.check_session_params(req.session_params),
         priority=req.priority,
         prefix_cache=req.prefix_cache,
-        rid=req.rid,
+        rid=normalize_rid(req.rid, 1, False),
     )
 
 
@@ -118,7 +119,7 @@ async def _generate_n(state: ServerState, kwargs: dict[str, Any], n: int) -> lis
     prompts = value if isinstance(value, list) and value and isinstance(value[0], (str, list)) else [value]
     if n > 1 or len(prompts) > 1:
         kwargs = {**kwargs, key: [p for p in prompts for _ in range(n)]}
-        kwargs.pop("rid", None)
+        kwargs["rid"] = normalize_rid(kwargs["rid"], len(prompts) * n, True)  # rid_0, rid_1, ... as SGLang
     out = await state.bridge.generate(**kwargs)
     outs = out if isinstance(out, list) else [out]
     state.observe("openai", outs)
@@ -249,7 +250,7 @@ class _Call:
     def _tail(self, last: dict[str, Any], chat: bool) -> list[bytes]:
         """The finish_reason chunk and, when asked, the usage chunk."""
         meta = last.get("meta_info", {})
-        self.state.observe("openai", last)
+        self.state.observe("openai", last, stream=True)
         events = [sse(self._chunk(chat, "", _finish(meta)[0]))]
         if self.req.include_usage:
             body = self._envelope("chat.completion.chunk" if chat else "text_completion", [])
