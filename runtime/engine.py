@@ -7,7 +7,7 @@ import logging
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import asdict, replace
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -210,7 +210,7 @@ class Engine:
         check_total_tokens(len(ids), params, sp, self.context_length)
         # An unset max_new_tokens (or a pool smaller than the context) is clamped, as SGLang's scheduler does.
         if sp.max_new_tokens > room:
-            sp = SamplingParams.from_dict({**asdict(sp), "max_new_tokens": room, **sp.extra})
+            sp = replace(sp, max_new_tokens=room)
         grammar = None
         if sp.json_schema or sp.regex:
             from runtime.grammar import GrammarMatcher

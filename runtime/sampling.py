@@ -61,7 +61,7 @@ class SamplingParams:
 
     @classmethod
     def from_dict(cls, params: dict | SamplingParams | None) -> SamplingParams:
-        """Build from SGLang's JSON shape; unknown keys are kept in `extra`, wrong types are errors."""
+        """Build from SGLang's JSON shape; unknown keys and wrong types are errors."""
         if isinstance(params, SamplingParams):
             return params
         params = dict(params or {})
@@ -72,6 +72,10 @@ class SamplingParams:
         for key in ("stop", "stop_token_ids"):
             if key in kwargs:
                 kwargs[key] = tuple(kwargs[key])
+        unknown = sorted(k for k in params if k not in known)  # (known keys left here are None: unset)
+        if unknown:  # nothing accepted and dropped: a key this engine does not know is an error
+            raise InvalidRequest(f"sampling_params: unknown key(s) {unknown} (see docs/compat.md)")
+        params = {}
         try:
             return cls(**kwargs, extra=params)
         except TypeError as exc:

@@ -127,6 +127,7 @@ class SGLangRequestMetrics:
                                      [*base, "cache_source"])  # fmt: skip
         self.requests = counter("num_requests_total", "Number of requests processed.", streaming)
         self.aborted = counter("num_aborted_requests_total", "Number of requests aborted.", base)
+        self.aborted.labels(**self.labels)  # a 0 sample from the start, as a fresh SGLang server shows
         self.ttft = histogram("time_to_first_token_seconds", "Histogram of time to first token in seconds.",
                               streaming, TTFT_BUCKETS)  # fmt: skip
         self.itl = histogram("inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
