@@ -108,7 +108,14 @@ class SamplingParamsIn(BaseModel):
             params["seed"] = self.sampling_seed
         for name in ("stop_regex", "ebnf", "structural_tag"):
             params.pop(name, None)
+        for name, neutral in _NEUTRAL.items():  # SGLang's frontend always sends these; as no-ops they
+            if params.get(name) == neutral:  # are honoured by leaving them out
+                del params[name]
         return params
+
+
+#: sampling values that change nothing (SGLang's defaults)
+_NEUTRAL = {"frequency_penalty": 0.0, "presence_penalty": 0.0, "repetition_penalty": 1.0, "min_new_tokens": 0}
 
 
 class GenerateRequest(_Request):
@@ -156,7 +163,7 @@ class StreamOptions(BaseModel):
 
 
 class JsonSchemaFormat(BaseModel):
-    model_config = ConfigDict(strict=True, extra="ignore", populate_by_name=True, allow_inf_nan=False)
+    model_config = ConfigDict(strict=True, extra="forbid", populate_by_name=True, allow_inf_nan=False)
 
     name: str | None = None
     schema_: dict[str, Any] | None = Field(default=None, alias="schema")

@@ -22,7 +22,7 @@ PENDING_MERGE = {
     "top_logprobs", "best_of", "logit_bias", "min_tokens", "ebnf", "repetition_penalty",
     "parallel_tool_calls", "continuous_usage_stats",
 }  # fmt: skip
-#: where a refused field is sent: path, a valid body, and where the field goes (None: top level)
+#: where a refused field is sent: path, a valid body, and where the field goes (dotted; None: top level)
 PROBES: dict[str, tuple[str, dict[str, Any], str | None]] = {
     "GenerateRequest": ("/generate", {"text": "hi", "sampling_params": {"max_new_tokens": 1}}, None),
     "SamplingParamsIn": (
@@ -54,6 +54,15 @@ PROBES: dict[str, tuple[str, dict[str, Any], str | None]] = {
             "response_format": {"type": "text"},
         },
         "response_format",
+    ),
+    "JsonSchemaFormat": (
+        "/v1/chat/completions",
+        {
+            "messages": [{"role": "user", "content": "hi"}],
+            "max_tokens": 1,
+            "response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "object"}}},
+        },
+        "response_format.json_schema",
     ),
     "AbortRequestBody": ("/abort_request", {"rid": "compat-probe"}, None),
     "UpdateWeightsFromDiskBody": ("/update_weights_from_disk", {"model_path": "/nonexistent/model"}, None),
@@ -149,7 +158,9 @@ def test_every_refused_field_gets_a_400_naming_it(server) -> None:
             path, body, where = PROBES[name]
             assert example, f"{name}.{field}: a refused row needs an example value"
             body = json.loads(json.dumps(body))
-            target = body if where is None else body[where]
+            target = body
+            for key in where.split(".") if where else ():
+                target = target[key]
             target[field] = json.loads(example)
             r = client.post(path, json=body)
             message = r.json().get("error", {}).get("message", "") if r.status_code == 400 else r.text
