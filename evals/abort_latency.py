@@ -3,7 +3,8 @@ after the release), while it decodes and while its prompt is being prefilled.
 
 An abort is applied at the next step boundary, so the latency is at most one forward step: a decode
 step, or a prefill chunk (`chunked_prefill_size` tokens). Reported next to the step time measured in
-the same run, as a ratio. `python -m evals.abort_latency [--trials 5] [--out FILE.json]`.
+the same run, as a ratio. Each abort is sent after a delay spread over one decode step, so it lands
+mid-forward as a client's would. `python -m evals.abort_latency [--trials 5] [--out FILE.json]`.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ def _running(engine: Engine, rid: str) -> Any:
         return next((r for r in engine.scheduler.running if r.rid == rid), None)
 
 
-def one_abort(engine: Engine, ids: list[int], rid: str, phase: str) -> float:
+def one_abort(engine: Engine, ids: list[int], rid: str, phase: str, delay_s: float) -> float:
     """Seconds from abort_request to the generate call returning (its KV is released by then)."""
     box: dict[str, Any] = {}
     thread = threading.Thread(target=lambda: box.update(out=engine.generate(
@@ -44,6 +45,7 @@ def one_abort(engine: Engine, ids: list[int], rid: str, phase: str) -> float:
         _until(lambda: (r := _running(engine, rid)) is not None and len(r.output_ids) >= 3)
     else:  # mid-prefill: the first chunk has been computed, the prompt is not complete
         _until(lambda: (r := _running(engine, rid)) is not None and r.kv is not None and r.kv.length > 0)
+    time.sleep(delay_s)  # land the abort anywhere in a step, not just at its boundary
     started = time.perf_counter()
     engine.abort_request(rid)
     thread.join()
@@ -75,7 +77,9 @@ def main() -> None:
     ]
     results: dict[str, Any] = {"decode_step_s": step_time(engine, short)}
     for phase, ids in (("decode", short), ("prefill", long)):
-        samples = [one_abort(engine, ids, f"{phase}-{i}", phase) for i in range(args.trials)]
+        # delays spread over one decode step, so aborts arrive mid-forward as a client's would
+        delays = [results["decode_step_s"] * (i + 0.5) / args.trials for i in range(args.trials)]
+        samples = [one_abort(engine, ids, f"{phase}-{i}", phase, d) for i, d in enumerate(delays)]
         results[phase] = {"p50_s": statistics.median(samples), "max_s": max(samples), "samples_s": samples}
     results["chunked_prefill_size"] = engine.config.chunked_prefill_size
     results["decode_p50_over_step"] = results["decode"]["p50_s"] / results["decode_step_s"]
