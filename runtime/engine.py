@@ -7,7 +7,7 @@ import logging
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import asdict, replace
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -30,6 +30,17 @@ log = logging.getLogger("radixagent.engine")
 #: SGLang's per-request logprob arguments of `generate` (each one value or one per prompt)
 LOGPROB_ARGS = ("return_logprob", "logprob_start_len", "top_logprobs_num", "return_text_in_logprobs")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def check_total_tokens(prompt_len: int, params: Any, sp: SamplingParams, context_length: int) -> None:
+    """SGLang's check: an explicit max_new_tokens that cannot fit the context window is an error
+    (an unset one is clamped later)."""
+    explicit = (params.get("max_new_tokens") is not None if isinstance(params, dict)
+                else isinstance(params, SamplingParams))
+    if explicit and prompt_len + sp.max_new_tokens > context_length:
+        raise PromptTooLong(f"max_new_tokens: requested {prompt_len + sp.max_new_tokens} tokens "
+                            f"({prompt_len} prompt + {sp.max_new_tokens} new) but the context window is "
+                            f"{context_length}; lower max_new_tokens (max_tokens) or the prompt")
 
 
 class Engine:
@@ -221,8 +232,10 @@ class Engine:
             raise PromptTooLong(f"prompt has {len(ids)} tokens; the limit is "
                                 f"{min(self.context_length, self.pool.size) - 1} (context {self.context_length}, "
                                 f"KV pool {self.pool.size})")
+        check_total_tokens(len(ids), params, sp, self.context_length)
+        # An unset max_new_tokens (or a pool smaller than the context) is clamped, as SGLang's scheduler does.
         if sp.max_new_tokens > room:
-            sp = SamplingParams.from_dict({**asdict(sp), "max_new_tokens": room, **sp.extra})
+            sp = replace(sp, max_new_tokens=room)
         grammar = None
         if sp.json_schema or sp.regex or sp.ebnf:
             from runtime.grammar import GrammarMatcher
@@ -234,6 +247,39 @@ class Engine:
         return Request(rid=rid or uuid.uuid4().hex, input_ids=ids, params=sp, namespace=salt or "",
                        use_cache=bool(prefix_cache), session_id=session_id, priority=int(priority or 0),
                        sampler=Sampler(sp, self.eos_ids), grammar=grammar)
+
+    # ---- control ----------------------------------------------------------------------
+    def abort_request(self, rid: str = "", abort_all: bool = False) -> int:
+        """SGLang's abort: requests whose rid starts with `rid` (or all, with `abort_all`) stop at the
+        next step; their callers get `finish_reason {"type": "abort"}` and the KV computed so far
+        goes into the tree, as SGLang does. Returns how many requests were marked."""
+        if not abort_all and not rid:
+            raise InvalidRequest("rid: give the request id to abort (or abort_all)")
+        return self.scheduler.abort(rid, abort_all)
+
+    def update_weights_from_disk(self, model_path: str, load_format: str | None = None,
+                                 abort_all_requests: bool = False, timeout_s: float | None = None) -> dict[str, Any]:
+        """Load other weights of the same architecture and invalidate the whole cache (SGLang's
+        endpoint). Requests running now finish under the old weights (or are aborted with
+        `abort_all_requests`) and never insert into the new tree; queued ones run on the new
+        weights. Returns SGLang's `{success, message, num_paused_requests}`."""
+        from runtime.weights import check_load_format, load_compatible
+
+        check_load_format(model_path, load_format)
+        started = time.perf_counter()
+        model = in_fresh_thread(lambda: load_compatible(model_path, self.model, self.config))
+        if abort_all_requests:
+            self.scheduler.abort("", abort_all=True)
+        swap = self.scheduler.swap_weights(model, timeout_s)
+        self.model, self.model_path = model, str(model_path)
+        self.weights_loaded_s = time.perf_counter() - started
+        return {"success": True, "num_paused_requests": swap.paused,
+                "message": f"Succeeded to update model weights from {model_path} in {self.weights_loaded_s:.1f}s; "
+                           "the prefix cache was invalidated."}
+
+    @property
+    def weights_version(self) -> int:
+        return self.scheduler.weights_version
 
     def _submit(self, reqs: list[Request]) -> None:
         if self._closed:
@@ -303,6 +349,11 @@ class Engine:
                 "pool_free_tokens": self.pool.available, "queue_depth": self.scheduler.queued,
                 "running": len(self.scheduler.running), "policy": self.config.radix_eviction_policy,
                 "cache_enabled": not self.config.disable_radix_cache,
+                # SGLang's live gauges (runtime/meters.py) and control counters
+                "evictable_tokens": self.cache.evictable_size,
+                "gen_throughput": self.scheduler.meters.gen_throughput(time.perf_counter()),
+                "last_prefill_hit_rate": self.scheduler.meters.last_prefill_hit_rate,
+                "aborted_requests": self.scheduler.aborted, "weights_version": self.scheduler.weights_version,
             }
 
     def check_integrity(self) -> None:

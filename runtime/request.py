@@ -38,6 +38,7 @@ class Request:
     first_token_time: float | None = None
     finish_reason: dict[str, Any] | None = None
     aborted: bool = False
+    weights_version: int = 0  # the scheduler's weights when this request started (checked at insert)
     events: queue.SimpleQueue = field(default_factory=queue.SimpleQueue)
     done: threading.Event = field(default_factory=threading.Event)
     text: str = ""

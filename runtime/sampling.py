@@ -39,6 +39,10 @@ class SamplingParams:
     min_new_tokens: int = 0
     #: token id -> bias added to its logit (OpenAI's and SGLang's logit_bias; keys as strings or ints)
     logit_bias: dict | None = None
+    # output shaping (SGLang's names and defaults)
+    spaces_between_special_tokens: bool = True  # passed to the tokenizer's decode, as SGLang does
+    no_stop_trim: bool = False  # keep the matched stop string / stop token in the text
+    stream_interval: int = 1  # a streamed chunk every this many tokens
     extra: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -60,6 +64,7 @@ class SamplingParams:
             (_bias_ok(self.logit_bias), "logit_bias must map token ids (>= 0) to finite numbers in [-100, 100]"),
             (all(isinstance(s, str) and s for s in self.stop), "stop must hold non-empty strings"),
             (all(isinstance(t, int) and t >= 0 for t in self.stop_token_ids), "stop_token_ids must be >= 0"),
+            (self.stream_interval >= 1, "stream_interval must be >= 1"),
         ]
         for ok, message in checks:
             if not ok:
@@ -76,7 +81,7 @@ class SamplingParams:
 
     @classmethod
     def from_dict(cls, params: dict | SamplingParams | None) -> SamplingParams:
-        """Build from SGLang's JSON shape; unknown keys are kept in `extra`, wrong types are errors."""
+        """Build from SGLang's JSON shape; unknown keys and wrong types are errors."""
         if isinstance(params, SamplingParams):
             return params
         params = dict(params or {})
@@ -89,6 +94,10 @@ class SamplingParams:
                 kwargs[key] = tuple(kwargs[key])
         if "min_tokens" in params and "min_new_tokens" not in kwargs:  # vLLM's / OpenAI clients' name
             kwargs["min_new_tokens"] = params.pop("min_tokens")
+        unknown = sorted(k for k in params if k not in known)  # (known keys left here are None: unset)
+        if unknown:  # nothing accepted and dropped: a key this engine does not know is an error
+            raise InvalidRequest(f"sampling_params: unknown key(s) {unknown} (see docs/compat.md)")
+        params = {}
         try:
             return cls(**kwargs, extra=params)
         except TypeError as exc:

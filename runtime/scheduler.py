@@ -19,8 +19,10 @@ import torch
 
 from runtime.cache.kv_pool import KVPool
 from runtime.cache.radix import RadixCache
+from runtime.meters import ServeMeters
 from runtime.model import LlamaModel, Segment, SpareBuffers
 from runtime.request import Request
+from runtime.sampling import SamplingParams
 
 log = logging.getLogger("radixagent.scheduler")
 
@@ -32,6 +34,21 @@ MIN_SHARED_PREFIX = 32
 LPM_MAX_QUEUE = 128
 #: an idle worker thread exits (freeing its OpenMP pool) after this long; restarting costs ~0.2 ms
 IDLE_EXIT_S = 1.0
+
+
+def abort_reason() -> dict:
+    """SGLang's `FINISH_ABORT().to_json()`: a client abort (abort_request, disconnect, closed stream)."""
+    return {"type": "abort", "message": "Aborted", "status_code": None, "err_type": None}
+
+
+@dataclass(slots=True)
+class WeightSwap:
+    """A pending weights change: applied by the worker once no request runs (SGLang waits for
+    in-flight requests too), then the tree is emptied and `weights_version` moves on."""
+
+    model: object
+    done: threading.Event
+    paused: int = 0  # requests held in the queue while the swap waited
 
 
 def _common_prefix(a: list[int], b: list[int]) -> int:
@@ -68,11 +85,19 @@ class Scheduler:
         self.buffers = SpareBuffers(model.cfg, model.kv_dtype, model.device, min(pool.capacity_bytes // 2, 2**30))
         self._worker_lock = threading.Lock()  # guards starting and retiring the worker thread
         self.thread: threading.Thread | None = None
+        self.live: dict[int, Request] = {}  # submitted and not finished, by id(): what abort() looks at
+        self._live_lock = threading.Lock()
+        self.weights_version = 0  # bumped by each weights swap; a request only inserts under its own
+        self.swap: WeightSwap | None = None
+        self.meters = ServeMeters()
+        self.aborted = 0  # requests finished by abort() or a client leaving
 
     # ---- called from client threads ---------------------------------------------------
     def submit(self, req: Request) -> None:
         """Never takes the step lock: a client arriving mid-forward must not wait for (or be
         starved by) the loop, which re-takes that lock between steps."""
+        with self._live_lock:
+            self.live[id(req)] = req
         self.inbox.put(req)
         self._ensure_worker()
         self.wake.set()
@@ -87,7 +112,7 @@ class Scheduler:
         """Called by the worker after IDLE_EXIT_S without a wake-up. A submit racing with this either
         lands in the inbox before the check (the worker stays) or finds no thread and starts one."""
         with self._worker_lock:
-            if self.closed or not self.inbox.empty() or self.waiting or self.running:
+            if self.closed or not self.inbox.empty() or self.waiting or self.running or self.swap:
                 return False
             self.thread = None
             return True
@@ -104,6 +129,46 @@ class Scheduler:
         if thread is not None:
             thread.join(timeout=30)
 
+    def abort(self, rid: str, abort_all: bool = False) -> int:
+        """Mark requests aborted: every live one with `abort_all`, else those whose rid starts with
+        `rid` (SGLang's match, so one call stops a batch's `rid_0`, `rid_1`, ...). The loop releases
+        them at its next step boundary. Returns how many were marked."""
+        with self._live_lock:
+            hits = [r for r in self.live.values() if abort_all or (rid and r.rid.startswith(rid))]
+        for req in hits:
+            req.aborted = True
+        if hits:
+            self._ensure_worker()
+            self.wake.set()
+        return len(hits)
+
+    def swap_weights(self, model: object, timeout_s: float | None = None) -> WeightSwap:
+        """Hand new weights to the worker and wait until it applied them (see `WeightSwap`)."""
+        with self.lock:
+            if self.swap is not None:
+                raise RuntimeError("a weights update is already in progress")
+            swap = self.swap = WeightSwap(model, threading.Event())
+        self._ensure_worker()
+        self.wake.set()
+        if not swap.done.wait(timeout_s):
+            with self.lock:
+                if self.swap is swap:  # not applied yet: withdraw it
+                    self.swap = None
+                    raise TimeoutError("requests still running after the timeout; weights not changed")
+        return swap
+
+    def _apply_swap(self) -> None:
+        """Worker side, under the lock: swap once nothing runs. New requests wait meanwhile."""
+        swap = self.swap
+        if swap is None or self.running:
+            return
+        self.model = swap.model
+        self.weights_version += 1
+        self.cache.reset()  # nothing is locked: no request runs
+        swap.paused = len(self.waiting)
+        self.swap = None
+        swap.done.set()
+
     def in_flight_slots(self) -> list[int]:
         """Slots owned by running requests and not yet by the tree (integrity checks)."""
         return [s for r in self.running for s in r.slots[r.tree_len :]]
@@ -119,9 +184,12 @@ class Scheduler:
                 if self.closed:
                     self._fail_all(RuntimeError("engine shut down"))
                     return
+                if self.swap is not None:
+                    self._reap_aborted()
+                    self._apply_swap()
                 if self.waiting or self.running:
                     self._guarded_step()
-                if self.waiting or self.running or not self.inbox.empty():
+                if self.waiting or self.running or self.swap is not None or not self.inbox.empty():
                     self.wake.set()
             time.sleep(0)  # hand the lock to API threads (stats, flush, session events) between steps
 
@@ -141,15 +209,22 @@ class Scheduler:
                 req.error = exc
                 self._finish(req, {"type": "abort", "message": str(exc)})
 
-    def _step(self) -> None:
+    def _reap_aborted(self) -> None:
         for req in [r for r in self.running if r.aborted]:
-            self._finish(req, {"type": "abort"})
+            self._finish(req, abort_reason())
+        for req in [r for r in self.waiting if r.aborted]:
+            self.waiting.remove(req)
+            self._finish(req, abort_reason())
+
+    def _step(self) -> None:
+        self._reap_aborted()
         self._admit()
         if not self.running:
             return
         segments, fed = self._build_batch()
         logits = self.model.forward(segments).cpu()  # sampling, grammar masks and RNGs live on the CPU
         now = time.perf_counter()
+        self.meters.tokens(sum(1 for r in fed if r.prefilled and r.params.max_new_tokens), now)
         for row, req in enumerate(fed):
             if segments[row].prompt_logits is not None:
                 self._record_prompt_logprobs(req, segments[row])
@@ -180,15 +255,22 @@ class Scheduler:
         return len(req.input_ids) + req.params.max_new_tokens
 
     def _admit(self) -> None:
-        if len(self.running) >= self.max_running:
+        if len(self.running) >= self.max_running or self.swap is not None:
             return  # before ordering: no tree walks on decode steps of a full batch
+        started = len(self.running)
+        self._admit_waiting()
+        new = self.running[started:]
+        if new:
+            self.meters.prefill_batch(sum(r.cached_len for r in new), sum(len(r.input_ids) for r in new))
+
+    def _admit_waiting(self) -> None:
         reserved = sum(self._footprint(r) for r in self.running)
         for req in self._admission_order():
             if len(self.running) >= self.max_running:
                 return
             if req.aborted:
                 self.waiting.remove(req)
-                self._finish(req, {"type": "abort"})
+                self._finish(req, abort_reason())
                 continue
             if self.running and reserved + self._footprint(req) > self.pool.size:
                 return  # queue rather than over-commit: wait for running requests to finish
@@ -236,6 +318,7 @@ class Scheduler:
 
     def _start(self, req: Request) -> None:
         """Match the cached prefix, lock it, copy its KV into the request's buffer."""
+        req.weights_version = self.weights_version
         if self.cache_enabled and req.use_cache:
             match = self.cache.match_prefix(req.input_ids[: self._match_limit(req)], req.namespace, req.session_id)
             req.cached_len = req.tree_len = match.length
@@ -275,9 +358,14 @@ class Scheduler:
 
     def _on_prefilled(self, req: Request) -> None:
         """First time the prompt is complete: publish it to the tree so later requests share it."""
-        if req.output_ids or not (self.cache_enabled and req.use_cache):
+        if req.output_ids or not self._may_insert(req):
             return
         self._publish(req, len(req.input_ids))
+
+    def _may_insert(self, req: Request) -> bool:
+        """KV goes into the tree only from a healthy request computed under the current weights."""
+        return (self.cache_enabled and req.use_cache and req.error is None
+                and req.weights_version == self.weights_version)
 
     def _publish(self, req: Request, upto: int) -> None:
         """Insert the first `upto` positions into the tree and move the lock to the new path end."""
@@ -313,19 +401,19 @@ class Scheduler:
         reason = self._stop_reason(req, token)
         if reason is not None:
             self._finish(req, reason)
-        else:
+        elif len(req.output_ids) % req.params.stream_interval == 0:
             req.events.put(("token", req.result(now)))
 
     def _stop_reason(self, req: Request, token: int) -> dict | None:
         p = req.params
         if (token in self.eos_ids and not p.ignore_eos) or token in p.stop_token_ids:
-            req.text = self._detok(req.output_ids[:-1])
+            req.text = self._detok(req.output_ids if p.no_stop_trim else req.output_ids[:-1], p)
             return {"type": "stop", "matched": token}
-        req.text = self._detok(req.output_ids)
+        req.text = self._detok(req.output_ids, p)
         for s in p.stop:
             cut = req.text.find(s)
             if cut >= 0:
-                req.text = req.text[:cut]
+                req.text = req.text[: cut + len(s) if p.no_stop_trim else cut]
                 return {"type": "stop", "matched": s}
         if req.grammar is not None and req.grammar.is_finished():
             return {"type": "stop", "matched": None}
@@ -333,11 +421,16 @@ class Scheduler:
             return {"type": "length", "length": len(req.output_ids)}
         return None
 
-    def _detok(self, ids: list[int]) -> str:
-        return self.tokenizer.decode(ids, skip_special_tokens=True)
+    def _detok(self, ids: list[int], params: SamplingParams) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=params.skip_special_tokens,
+                                     spaces_between_special_tokens=params.spaces_between_special_tokens)
 
     def _finish(self, req: Request, reason: dict) -> None:
         req.finish_reason = reason
+        with self._live_lock:
+            self.live.pop(id(req), None)
+        if req.aborted and req.error is None:
+            self.aborted += 1
         if req in self.running:
             self.running.remove(req)
             self._release(req)
@@ -354,8 +447,8 @@ class Scheduler:
     def _release(self, req: Request) -> None:
         """Give the computed KV to the tree (or back to the pool) and drop the lock."""
         computed = req.kv.length if req.kv is not None else 0
-        cached = self.cache_enabled and req.use_cache and req.finish_reason.get("type") != "abort"
-        if cached and req.last_node is not None and computed > 0:
+        # An aborted request's computed KV is as valid as a finished one's: SGLang inserts it too.
+        if self._may_insert(req) and req.last_node is not None and computed > 0:
             self._publish(req, computed)
         self.pool.free(req.slots[req.tree_len :])
         if req.last_node is not None:

@@ -9,6 +9,7 @@ from fastapi import FastAPI
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from runtime.server.args import ServerArgs
+from runtime.server.control import control_router
 from runtime.server.debug import debug_router
 from runtime.server.errors import error_response, install_handlers
 from runtime.server.native import VERSION, native_router
@@ -28,6 +29,7 @@ def create_app(engine: Any, server_args: ServerArgs | None = None) -> FastAPI:
     install_handlers(app)
     app.include_router(native_router(state))
     app.include_router(openai_router(state))
+    app.include_router(control_router(state))
     if args.enable_debug_endpoints:
         app.include_router(debug_router(state))
     if args.api_key is not None:

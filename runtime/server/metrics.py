@@ -1,4 +1,5 @@
-"""Prometheus metrics (`radixagent:` prefix), one `CollectorRegistry` per app, no global state.
+"""Prometheus metrics, one `CollectorRegistry` per app, no global state: SGLang's `sglang:*` families
+with its `model_name` label (runtime/server/sglang_metrics.py) and our `radixagent:*` cache figures.
 
 Cache metrics are read from `engine.get_cache_stats()` at scrape time (the engine keeps the
 counters); request latencies are observed by the server as responses finish.
@@ -12,6 +13,8 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
+
+from runtime.server.sglang_metrics import SGLangRequestMetrics, SGLangSchedulerCollector
 
 P = "radixagent:"
 
@@ -56,9 +59,11 @@ class EngineStatsCollector(Collector):
 class ServerMetrics:
     """The app's registry: engine stats plus per-request latencies seen by the HTTP layer."""
 
-    def __init__(self, engine: Any) -> None:
+    def __init__(self, engine: Any, model_name: str = "default") -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.registry.register(EngineStatsCollector(engine))
+        self.registry.register(SGLangSchedulerCollector(engine, model_name))
+        self.sglang = SGLangRequestMetrics(self.registry, model_name)
         self.http_requests = Counter(
             P + "http_requests",
             "Generation requests answered, by endpoint.",
@@ -78,12 +83,16 @@ class ServerMetrics:
             registry=self.registry,
         )
 
-    def observe(self, endpoint: str, meta_info: dict[str, Any]) -> None:
+    def observe(self, endpoint: str, meta_info: dict[str, Any], stream: bool = False) -> None:
+        self.sglang.observe(meta_info, stream)
         self.http_requests.labels(endpoint=endpoint).inc()
         if isinstance(meta_info.get("ttft"), (int, float)):
             self.ttft.observe(meta_info["ttft"])
         if isinstance(meta_info.get("e2e_latency"), (int, float)):
             self.e2e.observe(meta_info["e2e_latency"])
+
+    def aborted(self, n: int) -> None:
+        self.sglang.aborted.labels(**self.sglang.labels).inc(n)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

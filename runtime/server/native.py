@@ -14,11 +14,12 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 
 from runtime.server import loads as loads_api
 from runtime.server.bridge import SSE_DONE, close_stream, sse, sse_error
+from runtime.server.control import abort_on_disconnect, internal_states, normalize_rid
 from runtime.server.errors import ApiError
 from runtime.server.schemas import (
     CloseSessionRequest,
@@ -38,14 +39,14 @@ def native_router(state: ServerState) -> APIRouter:
 
     @r.post("/generate")
     @r.put("/generate")
-    async def generate(req: GenerateRequest) -> Response:
+    async def generate(req: GenerateRequest, request: Request) -> Response:
         kwargs = _generate_kwargs(state, req)
         if req.stream:
             if req.is_batch:
                 raise ApiError(400, "stream: streaming a batch is not supported; send one request per prompt")
             chunks = await state.bridge.open_stream(**kwargs)
             return StreamingResponse(_native_events(state, chunks), media_type="text/event-stream")
-        out = await state.bridge.generate(**kwargs)
+        out = await abort_on_disconnect(state, request, kwargs["rid"], state.bridge.generate(**kwargs))
         state.observe("generate", out)
         return JSONResponse(out)
 
@@ -76,6 +77,7 @@ def native_router(state: ServerState) -> APIRouter:
             "engine_config": _config_dict(state.engine),
             "model_info": _model_info(state),
             "cache_stats": stats,
+            "internal_states": internal_states(state, stats),
         }
 
     @r.get("/get_load")
@@ -166,8 +168,13 @@ def _generate_kwargs(state: ServerState, req: GenerateRequest) -> dict[str, Any]
         session_id=session_id,
         priority=req.priority,
         prefix_cache=req.prefix_cache,
-        rid=req.rid if isinstance(req.rid, list) == req.is_batch else None,
+        rid=normalize_rid(req.rid, _batch_size(req), req.is_batch),
     )
+
+
+def _batch_size(req: GenerateRequest) -> int:
+    prompts = req.text if req.text is not None else req.input_ids
+    return len(prompts) if req.is_batch else 1  # type: ignore[arg-type]
 
 
 async def _native_events(state: ServerState, chunks: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
@@ -182,7 +189,7 @@ async def _native_events(state: ServerState, chunks: AsyncIterator[dict[str, Any
     finally:
         await close_stream(chunks)
     if last is not None:
-        state.observe("generate", last)
+        state.observe("generate", last, stream=True)
     yield SSE_DONE
 
 
@@ -197,7 +204,7 @@ def _model_info(state: ServerState) -> dict[str, Any]:
         "architectures": info.get("architectures") or _architectures(info.get("architecture")),
         "is_generation": True,
         "preferred_sampling_params": None,
-        "weight_version": "default",
+        "weight_version": state.weight_version,
         "has_image_understanding": False,
         "has_audio_understanding": False,
     }

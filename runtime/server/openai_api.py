@@ -12,11 +12,12 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from runtime.server import openai_logprobs as lp
 from runtime.server.bridge import SSE_DONE, close_stream, sse, sse_error
+from runtime.server.control import abort_on_disconnect, normalize_rid
 from runtime.server.errors import ApiError
 from runtime.server.openai_stream import close_merged, merge_streams
 from runtime.server.schemas import ChatCompletionRequest, ChatMessage, CompletionRequest, _OpenAIBase
@@ -27,7 +28,7 @@ def openai_router(state: ServerState) -> APIRouter:
     r = APIRouter()
 
     @r.post("/v1/completions")
-    async def completions(req: CompletionRequest) -> Response:
+    async def completions(req: CompletionRequest, request: Request) -> Response:
         if req.suffix:
             raise ApiError(400, "suffix: not supported")
         prompt, input_ids = _split_prompt(req.prompt)
@@ -38,14 +39,14 @@ def openai_router(state: ServerState) -> APIRouter:
             streams = await _open_streams(state, kwargs, req.n)
             echo = _echo_text(state, prompt, input_ids, 0) if req.echo else ""
             return StreamingResponse(call.stream(streams, chat=False, echo=echo), media_type="text/event-stream")
-        outs = await _generate_n(state, kwargs, req)
+        outs = await abort_on_disconnect(state, request, kwargs["rid"], _generate_n(state, kwargs, req))
         echo = (
             [_echo_text(state, prompt, input_ids, i // req.n) for i in range(len(outs))] if req.echo else None
         )
         return JSONResponse(call.completion_body(outs, echo))
 
     @r.post("/v1/chat/completions")
-    async def chat_completions(req: ChatCompletionRequest) -> Response:
+    async def chat_completions(req: ChatCompletionRequest, request: Request) -> Response:
         messages = [_message_dict(i, m) for i, m in enumerate(req.messages)]
         template_kwargs = _template_kwargs(req.chat_template_kwargs)
         text = await state.bridge.call(
@@ -57,7 +58,7 @@ def openai_router(state: ServerState) -> APIRouter:
             _check_single(req, text)
             streams = await _open_streams(state, kwargs, req.n)
             return StreamingResponse(call.stream(streams, chat=True), media_type="text/event-stream")
-        outs = await _generate_n(state, kwargs, req)
+        outs = await abort_on_disconnect(state, request, kwargs["rid"], _generate_n(state, kwargs, req))
         return JSONResponse(call.chat_body(outs))
 
     @r.get("/v1/models")
@@ -129,7 +130,7 @@ def _kwargs(
         session_id=req.session_id or state.check_session_params(req.session_params),
         priority=req.priority,
         prefix_cache=req.prefix_cache,
-        rid=req.rid,
+        rid=normalize_rid(req.rid, 1, False),
     )
 
 
@@ -140,8 +141,8 @@ async def _open_streams(state: ServerState, kwargs: dict[str, Any], n: int) -> l
     try:
         for i in range(n):
             choice = {**kwargs, "sampling_params": lp.choice_sampling(kwargs["sampling_params"], i)}
-            if i:
-                choice.pop("rid", None)
+            if n > 1:  # rid_0, rid_1, ... as SGLang names a batch (an abort of `rid` stops them all)
+                choice["rid"] = f"{kwargs['rid']}_{i}"
             streams.append(await state.bridge.open_stream(**choice))
     except BaseException:
         for stream in streams:
@@ -161,7 +162,7 @@ async def _generate_n(state: ServerState, kwargs: dict[str, Any], req: _OpenAIBa
         sampling = kwargs["sampling_params"]
         kwargs = {**kwargs, key: [p for p in prompts for _ in range(count)],
                   "sampling_params": [lp.choice_sampling(sampling, i) for _ in prompts for i in range(count)]}
-        kwargs.pop("rid", None)
+        kwargs["rid"] = normalize_rid(kwargs["rid"], len(prompts) * count, True)  # rid_0, rid_1, ... as SGLang
     if count > n and not kwargs.get("return_logprob"):
         kwargs["return_logprob"] = True  # ranking needs them; the response shows them only if asked
     out = await state.bridge.generate(**kwargs)
@@ -343,7 +344,7 @@ class _Call:
     def _tail(self, last: list[dict[str, Any]], chat: bool) -> list[bytes]:
         """When asked, the usage chunk (empty `choices`) over every choice."""
         metas = [chunk.get("meta_info", {}) for chunk in last]
-        self.state.observe("openai", last)
+        self.state.observe("openai", last, stream=True)
         if not self.req.include_usage:
             return []
         body = self._envelope("chat.completion.chunk" if chat else "text_completion", [])

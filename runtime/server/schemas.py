@@ -1,8 +1,8 @@
 """Request bodies of the HTTP API (pydantic, strict types: "5" is not an int, true is not a number).
 
-Unknown top-level fields are ignored, as SGLang's own request models ignore them; unknown keys inside
-`sampling_params` are kept (SGLang clients send e.g. `spaces_between_special_tokens`) and end up in
-`SamplingParams.extra`. Values are checked here; the engine re-checks ranges (`SamplingParams`).
+Every field a model declares is honoured; an unknown field, top level or inside `sampling_params`,
+is a 400 naming it (docs/compat.md lists every OpenAI and SGLang field and what happens to it).
+Values are checked here; the engine re-checks ranges (`SamplingParams`).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 #: strict types; NaN and ±Infinity (which Python's JSON parser reads) are not numbers here
-_STRICT = ConfigDict(strict=True, extra="ignore", allow_inf_nan=False)
+_STRICT = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
 
 
 #: the seed range torch's generators take
@@ -60,9 +60,8 @@ class SamplingParamsIn(BaseModel):
     """SGLang's `sampling_params` object (its schema rejects unknown keys, so does this one).
 
     None means "not set". `seed` is our name; SGLang's `sampling_seed` is accepted as its alias.
-    Penalties, `min_new_tokens`, `logit_bias` and `ebnf` are applied as SGLang applies them
-    (runtime/sampling.py); `spaces_between_special_tokens`, `no_stop_trim` and `stream_interval`
-    are accepted for SGLang clients and passed on in `SamplingParams.extra`.
+    Penalties, `min_new_tokens`, `logit_bias` and `ebnf` are applied as SGLang applies them, and so
+    are `spaces_between_special_tokens`, `no_stop_trim` and `stream_interval` (runtime/sampling.py).
     """
 
     model_config = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
@@ -87,10 +86,9 @@ class SamplingParamsIn(BaseModel):
     min_new_tokens: int | None = Field(default=None, ge=0)
     ebnf: str | None = None
     logit_bias: dict[str, float] | None = None
-    # accepted from SGLang clients, not applied by the embedded engine
     spaces_between_special_tokens: bool | None = None
     no_stop_trim: bool | None = None
-    stream_interval: int | None = None
+    stream_interval: int | None = Field(default=None, ge=1)
     # SGLang features this server refuses rather than ignores (they change the output)
     stop_regex: str | list[str] | None = None
     structural_tag: str | None = None
@@ -176,7 +174,7 @@ class StreamOptions(BaseModel):
 
 
 class JsonSchemaFormat(BaseModel):
-    model_config = ConfigDict(strict=True, extra="ignore", populate_by_name=True, allow_inf_nan=False)
+    model_config = ConfigDict(strict=True, extra="forbid", populate_by_name=True, allow_inf_nan=False)
 
     name: str | None = None
     schema_: dict[str, Any] | None = Field(default=None, alias="schema")
@@ -228,6 +226,8 @@ class _OpenAIBase(_Request):
     repetition_penalty: float | None = Field(default=None, gt=0, le=2)
     min_tokens: int | None = Field(default=None, ge=0)
     skip_special_tokens: bool | None = None
+    spaces_between_special_tokens: bool | None = None
+    no_stop_trim: bool | None = None
     rid: str | None = None
     session_id: str | None = Field(default=None, **SESSION_ID)
     session_params: dict[str, Any] | None = None
@@ -256,6 +256,8 @@ class _OpenAIBase(_Request):
             "repetition_penalty": self.repetition_penalty,
             "min_new_tokens": self.min_tokens,
             "logit_bias": self.logit_bias,
+            "spaces_between_special_tokens": self.spaces_between_special_tokens,
+            "no_stop_trim": self.no_stop_trim,
         }
         if self.response_format is not None:
             schema = self.response_format.to_json_schema()
@@ -346,3 +348,32 @@ class DetokenizeRequest(_Request):
     model: str | None = None
     tokens: list[int] | list[list[int]]
     skip_special_tokens: bool = True
+
+
+class AbortRequestBody(_Request):
+    """POST /abort_request (SGLang's AbortReq): `rid` matches as a prefix; `abort_all` stops all."""
+
+    rid: str = ""
+    abort_all: bool = False
+
+
+class UpdateWeightsFromDiskBody(_Request):
+    """POST /update_weights_from_disk (SGLang's UpdateWeightFromDiskReqInput, the fields we serve)."""
+
+    model_path: str = Field(min_length=1)
+    load_format: str | None = None
+    abort_all_requests: bool = False
+    weight_version: str | None = None
+    flush_cache: bool = True
+    is_async: bool = False
+    keep_pause: bool = False
+
+    @model_validator(mode="after")
+    def _served(self) -> UpdateWeightsFromDiskBody:
+        if not self.flush_cache:
+            raise ValueError("flush_cache: must be true: new weights always invalidate the whole cache")
+        if self.is_async:
+            raise ValueError("is_async: not supported: the update waits for running requests to finish")
+        if self.keep_pause:
+            raise ValueError("keep_pause: not supported (no pause_generation / continue_generation here)")
+        return self

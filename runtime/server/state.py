@@ -21,13 +21,14 @@ class ServerState:
     metrics: ServerMetrics | None
     model_name: str
     model_path: str
+    weight_version: str = "default"  # SGLang's /model_info field; set by /update_weights_from_disk
 
     @classmethod
     def build(cls, engine: Any, args: ServerArgs) -> ServerState:
         info = dict(getattr(engine, "model_info", None) or {})
         model_path = str(info.get("model_path") or "default")
         name = args.served_model_name or info.get("served_model_name") or model_path
-        metrics = ServerMetrics(engine) if args.enable_metrics else None
+        metrics = ServerMetrics(engine, str(name)) if args.enable_metrics else None
         return cls(engine, args, EngineBridge(engine, args.max_threads), metrics, str(name), model_path)
 
     def engine_kwargs(
@@ -81,11 +82,11 @@ class ServerState:
             raise UnknownSession(f"session {sid!r} is not open (open it with /open_session)")
         return sid
 
-    def observe(self, endpoint: str, outputs: dict[str, Any] | list[dict[str, Any]]) -> None:
+    def observe(self, endpoint: str, outputs: dict[str, Any] | list[dict[str, Any]], stream: bool = False) -> None:
         if self.metrics is None:
             return
         for out in outputs if isinstance(outputs, list) else [outputs]:
-            self.metrics.observe(endpoint, out.get("meta_info", {}))
+            self.metrics.observe(endpoint, out.get("meta_info", {}), stream)
 
 
 def join_salt(cache_salt: str | None, extra_key: str | None) -> str | None:

@@ -1,0 +1,144 @@
+"""Runaway work and weights: SGLang's `/abort_request` and `/update_weights_from_disk`, and the
+disconnect watch that aborts a non-streaming request whose client left (as SGLang does).
+
+`POST /abort_request {"rid": "...", "abort_all": false}` -> 200 (empty body). A running request stops
+at the next step boundary and answers with `meta_info.finish_reason` = SGLang's
+`{"type": "abort", "message": "Aborted", "status_code": null, "err_type": null}`; its computed KV
+goes into the tree, as in SGLang. `rid` matches as a prefix (SGLang's rule): `"job"` also stops a
+batch's `job_0`, `job_1`.
+
+`POST /update_weights_from_disk {"model_path": ..., "load_format"?, "abort_all_requests"?,
+"weight_version"?}` -> `{"success", "message", "num_paused_requests"}` (400 with `success: false`
+when the weights cannot be used). The whole cache is invalidated; requests running when the swap is
+due finish under the old weights first (or stop, with `abort_all_requests`).
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Awaitable
+from typing import Any, TypeVar
+
+import anyio
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+
+from runtime.errors import InvalidRequest
+from runtime.server.errors import ApiError
+from runtime.server.schemas import AbortRequestBody, UpdateWeightsFromDiskBody
+from runtime.server.state import ServerState
+
+T = TypeVar("T")
+log = logging.getLogger("radixagent.server")
+
+
+def control_router(state: ServerState) -> APIRouter:
+    r = APIRouter()
+
+    @r.post("/abort_request")
+    async def abort_request(req: AbortRequestBody) -> Response:
+        await state.bridge.call(state.engine.abort_request, req.rid, req.abort_all)
+        if state.metrics is not None:
+            state.metrics.aborted(1)
+        return Response(status_code=200)
+
+    @r.post("/update_weights_from_disk")
+    async def update_weights_from_disk(req: UpdateWeightsFromDiskBody) -> Response:
+        try:
+            # a thread of its own: it waits for running requests, which must not hold it up
+            result = await anyio.to_thread.run_sync(
+                lambda: state.engine.update_weights_from_disk(
+                    req.model_path, load_format=req.load_format, abort_all_requests=req.abort_all_requests
+                )
+            )
+        except (InvalidRequest, TimeoutError, RuntimeError) as exc:
+            message = f"Failed to update weights: {exc}"
+            body = {"success": False, "message": message, "num_paused_requests": 0,
+                    "error": {"message": message, "type": "invalid_request_error", "code": 400}}  # fmt: skip
+            return JSONResponse(body, status_code=400)
+        state.model_path = str(req.model_path)
+        if req.weight_version is not None:
+            state.weight_version = req.weight_version
+        return JSONResponse(result)
+
+    return r
+
+
+def normalize_rid(rid: str | list[str] | None, count: int, is_batch: bool) -> str | list[str]:
+    """SGLang's rule: no rid gets fresh ids; a string for a batch becomes `rid_0`, `rid_1`, ..."""
+    if not is_batch:
+        if isinstance(rid, list):
+            raise ApiError(400, "rid: a list of ids needs a batch of prompts")
+        return rid or uuid.uuid4().hex
+    if rid is None:
+        return [uuid.uuid4().hex for _ in range(count)]
+    if isinstance(rid, str):
+        return [f"{rid}_{i}" for i in range(count)]
+    if len(rid) != count:
+        raise ApiError(400, f"rid: {len(rid)} ids for {count} prompts")
+    return rid
+
+
+async def abort_on_disconnect(
+    state: ServerState, request: Request, rid: str | list[str], work: Awaitable[T]
+) -> T:
+    """Await `work` (a non-streaming generation); if the client disconnects first, abort its engine
+    requests (prefix match on `rid`, as SGLang's disconnect path does) and let `work` return."""
+
+    async def watch() -> None:
+        while True:
+            message = await request.receive()  # the body is read: the next message is the disconnect
+            if message["type"] == "http.disconnect":
+                break
+        try:
+            for one in [rid] if isinstance(rid, str) else rid:
+                await state.bridge.call(state.engine.abort_request, one)
+        except Exception:  # the generation still ends (or fails) on its own; never mask it
+            log.exception("abort after a client disconnect failed")
+            return
+        if state.metrics is not None:
+            state.metrics.aborted(1)
+
+    error: Exception | None = None
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(watch)
+        try:
+            value = await work
+        except Exception as exc:  # re-raised below, outside the task group (which would wrap it)
+            error = exc
+        tg.cancel_scope.cancel()
+    if error is not None:
+        raise error
+    return value
+
+
+def internal_states(state: ServerState, stats: dict[str, Any]) -> list[dict[str, Any]]:
+    """SGLang's `/server_info` `internal_states`: one dict per DP rank (one here) with the
+    scheduler's live figures; `memory_usage` in GB as SGLang reports it."""
+    engine = state.engine
+    config = getattr(engine, "config", None)
+    model = getattr(engine, "model", None)
+    weight_bytes = _weight_bytes(model)
+    return [{
+        "world_size": 1,
+        "dp_size": 1,
+        "effective_max_running_requests_per_dp": getattr(config, "max_running_requests", None),
+        "max_total_num_tokens": stats.get("pool_capacity_tokens"),
+        "last_gen_throughput": float(stats.get("gen_throughput", 0.0)),
+        "memory_usage": {
+            "weight": round(weight_bytes / 2**30, 3),
+            "kvcache": round(float(stats.get("pool_capacity_bytes", 0)) / 2**30, 3),
+            "token_capacity": int(stats.get("pool_capacity_tokens", 0)),
+            "token_capacity_swa": None,
+            "graph": {},
+        },
+        "weight_version": state.weight_version,
+        "weights_version": int(stats.get("weights_version", 0)),
+    }]  # fmt: skip
+
+
+def _weight_bytes(model: Any) -> int:
+    """The linear layers' and head's bytes (`LlamaModel.weight_bytes`); 0 for the HF fallback."""
+    value = getattr(model, "weight_bytes", 0)
+    return value if isinstance(value, int) else 0
