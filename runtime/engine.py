@@ -199,10 +199,10 @@ class Engine:
         if sp.max_new_tokens > room:
             sp = SamplingParams.from_dict({**asdict(sp), "max_new_tokens": room, **sp.extra})
         grammar = None
-        if sp.json_schema or sp.regex:
+        if sp.json_schema or sp.regex or sp.lark:
             from runtime.grammar import GrammarMatcher
 
-            grammar = GrammarMatcher.compile(self.tokenizer, sp.json_schema, sp.regex)
+            grammar = GrammarMatcher.compile(self.tokenizer, sp.json_schema, sp.regex, lark=sp.lark)
         return Request(rid=rid or uuid.uuid4().hex, input_ids=ids, params=sp, namespace=salt or "",
                        use_cache=bool(prefix_cache), session_id=session_id, priority=int(priority or 0),
                        sampler=Sampler(sp), grammar=grammar)

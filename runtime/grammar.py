@@ -59,18 +59,21 @@ class GrammarMatcher:
 
     @classmethod
     def compile(
-        cls, tokenizer: Any, json_schema: str | None = None, regex: str | None = None
+        cls, tokenizer: Any, json_schema: str | None = None, regex: str | None = None, lark: str | None = None
     ) -> GrammarMatcher:
-        """Build a matcher for exactly one of `json_schema` (a JSON string) or `regex`.
+        """Build a matcher for exactly one of `json_schema` (a JSON string), `regex` or `lark`
+        (an llguidance Lark grammar).
 
         Raises GrammarError when the constraint is malformed or unsupported.
         """
-        if (json_schema is None) == (regex is None):
-            raise GrammarError("give exactly one of json_schema or regex")
+        if sum(x is not None for x in (json_schema, regex, lark)) != 1:
+            raise GrammarError("give exactly one of json_schema, regex or lark")
         ll_tokenizer = cls._tokenizers.get(tokenizer)
         try:
             if json_schema is not None:
                 grammar = llguidance.LLMatcher.grammar_from_json_schema(json_schema, defaults=_JSON_OPTIONS)
+            elif lark is not None:
+                grammar = llguidance.LLMatcher.grammar_from_lark(lark)
             else:
                 grammar = llguidance.LLMatcher.grammar_from_regex(regex)  # type: ignore[arg-type]
         except (ValueError, TypeError) as exc:

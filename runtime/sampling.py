@@ -27,6 +27,8 @@ class SamplingParams:
     ignore_eos: bool = False
     json_schema: str | None = None
     regex: str | None = None
+    #: an llguidance Lark grammar (internal: the tool-calling grammar; not a request field)
+    lark: str | None = None
     seed: int | None = None
     skip_special_tokens: bool = True
     extra: dict = field(default_factory=dict)
@@ -41,7 +43,8 @@ class SamplingParams:
             (0 < self.top_p <= 1, "top_p must be in (0, 1]"),
             (self.top_k == -1 or self.top_k >= 1, "top_k must be -1 (off) or >= 1"),
             (0 <= self.min_p <= 1, "min_p must be in [0, 1]"),
-            (not (self.json_schema and self.regex), "json_schema and regex are mutually exclusive"),
+            (sum(bool(x) for x in (self.json_schema, self.regex, self.lark)) <= 1,
+             "json_schema and regex are mutually exclusive"),
             (all(isinstance(s, str) and s for s in self.stop), "stop must hold non-empty strings"),
             (all(isinstance(t, int) and t >= 0 for t in self.stop_token_ids), "stop_token_ids must be >= 0"),
         ]

@@ -19,6 +19,7 @@ from runtime.server.bridge import SSE_DONE, close_stream, sse, sse_error
 from runtime.server.errors import ApiError
 from runtime.server.schemas import ChatCompletionRequest, ChatMessage, CompletionRequest, _OpenAIBase
 from runtime.server.state import ServerState
+from runtime.server.tool_chat import ToolCalling
 
 
 def openai_router(state: ServerState) -> APIRouter:
@@ -41,18 +42,30 @@ def openai_router(state: ServerState) -> APIRouter:
         )
         return JSONResponse(call.completion_body(outs, echo))
 
+    tools = ToolCalling(state)
+
     @r.post("/v1/chat/completions")
     async def chat_completions(req: ChatCompletionRequest) -> Response:
         messages = [_message_dict(i, m) for i, m in enumerate(req.messages)]
-        text = await state.bridge.call(state.engine.apply_chat_template, messages, add_generation_prompt=True)
+        plan = tools.plan(req)
+        if plan is not None or tools.touches_tools(messages):
+            text = await tools.prompt(messages, plan)
+        else:
+            text = await state.bridge.call(state.engine.apply_chat_template, messages, add_generation_prompt=True)
         kwargs = _kwargs(state, req, req.max_new_tokens, prompt=text)
+        if plan is not None:
+            tools.constrain(kwargs["sampling_params"], req, plan)
         call = _Call(state, req, "chat.completion", "chatcmpl")
         if req.stream:
             _check_single(req, text)
             chunks = await state.bridge.open_stream(**kwargs)
-            return StreamingResponse(call.stream(chunks, chat=True), media_type="text/event-stream")
+            events = tools.stream(call, chunks, plan) if plan and plan.may_call else call.stream(chunks, chat=True)
+            return StreamingResponse(events, media_type="text/event-stream")
         outs = await _generate_n(state, kwargs, req.n)
-        return JSONResponse(call.chat_body(outs))
+        body = call.chat_body(outs)
+        if plan is not None:
+            tools.shape(body, outs, plan)
+        return JSONResponse(body)
 
     @r.get("/v1/models")
     async def models() -> dict[str, Any]:

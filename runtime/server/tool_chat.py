@@ -1,0 +1,150 @@
+"""The chat route's tool-calling steps (one `ToolCalling` per server): plan, prompt, constraint,
+response shaping and streaming. See tool_calls.py for the contract."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from runtime.server.bridge import SSE_DONE, close_stream, sse, sse_error
+from runtime.server.errors import ApiError
+from runtime.server.schemas import ChatCompletionRequest
+from runtime.server.state import ServerState
+from runtime.server.tool_calls import ToolPlan, new_call_id, openai_calls, plan, split_output
+from runtime.server.tool_formats import DEFAULT_FORMAT, FORMATS
+from runtime.server.tool_prompt import (
+    CallMemo,
+    fallback_messages,
+    native_messages,
+    template_takes_tools,
+    tools_block,
+)
+from runtime.server.tool_stream import ArgsDelta, CallStart, CallStreamer, Content
+
+
+class ToolCalling:
+    def __init__(self, state: ServerState) -> None:
+        self.state = state
+        self.fmt = FORMATS[getattr(state.args, "tool_call_parser", DEFAULT_FORMAT)]
+        self.memo = CallMemo()
+
+    def plan(self, req: ChatCompletionRequest) -> ToolPlan | None:
+        """The request's tool plan (400 on bad tools / choice / combinations), None without tools."""
+        p = plan(req.tools, req.tool_choice, req.parallel_tool_calls, self.fmt)
+        if p is not None and p.may_call:
+            for name in ("regex", "json_schema"):
+                if getattr(req, name) is not None:
+                    raise ApiError(
+                        400,
+                        f"{name}: cannot be combined with tools (tool_choice {p.choice!r}); "
+                        "use response_format or tool_choice 'none'",
+                    )
+        return p
+
+    @staticmethod
+    def touches_tools(messages: list[dict[str, Any]]) -> bool:
+        return any(m.get("tool_calls") or m["role"] == "tool" for m in messages)
+
+    async def prompt(self, messages: list[dict[str, Any]], p: ToolPlan | None) -> str:
+        tools = p.tools if p is not None else ()
+        engine = self.state.engine
+        tokenizer = getattr(engine, "tokenizer", None)
+        if template_takes_tools(tokenizer):
+            defs = [json.loads(json.dumps(t.definition(), sort_keys=True)) for t in tools] or None
+            return await self.state.bridge.call(
+                tokenizer.apply_chat_template, native_messages(messages), tools=defs,
+                tokenize=False, add_generation_prompt=True,
+            )  # fmt: skip
+        rendered = fallback_messages(messages, tools, self.fmt, self.memo)
+        return await self.state.bridge.call(engine.apply_chat_template, rendered, add_generation_prompt=True)
+
+    def constrain(self, sampling: dict[str, Any], req: ChatCompletionRequest, p: ToolPlan) -> None:
+        """Put the plan's grammar into `sampling` (a JSON response_format joins it under `auto`)."""
+        text_schema = None
+        if p.may_call and p.choice == "auto" and "json_schema" in sampling:
+            text_schema = json.loads(sampling["json_schema"])
+        if p.choice == "none" and "json_schema" in sampling:
+            return  # the response format alone: JSON cannot hold a call's trigger at its start
+        sampling.pop("json_schema", None)
+        sampling["lark"] = p.grammar(text_schema) if p.may_call else p.grammar(None)
+
+    def shape(self, body: dict[str, Any], outs: list[dict[str, Any]], p: ToolPlan) -> None:
+        """Split each choice's text into content and tool_calls (in place)."""
+        if not p.may_call:
+            return
+        for choice, out in zip(body["choices"], outs, strict=True):
+            parsed = self.fmt.parse(out["text"])
+            content, has_calls = split_output(parsed)
+            if not has_calls:
+                continue
+            ids = [new_call_id() for _ in parsed.calls]
+            choice["message"]["content"] = content
+            choice["message"]["tool_calls"] = openai_calls(parsed.calls, ids)
+            if parsed.complete:
+                choice["finish_reason"] = "tool_calls"
+                self.memo.record(ids, out["text"], content, parsed.calls)
+
+    async def stream(
+        self, call: Any, chunks: AsyncIterator[dict[str, Any]], p: ToolPlan
+    ) -> AsyncIterator[bytes]:
+        """OpenAI chat chunks with `delta.tool_calls`; ends with the finish chunk, usage, [DONE]."""
+        streamer, ids, last = CallStreamer(self.fmt), [], None
+        try:
+            yield sse(_chunk(call, {"role": "assistant", "content": ""}))
+            async for chunk in chunks:
+                last = chunk
+                for delta in _deltas(streamer.feed(chunk.get("text", "")), ids):
+                    yield sse(_chunk(call, delta))
+            for delta in _deltas(streamer.finish(), ids):
+                yield sse(_chunk(call, delta))
+        except Exception as exc:  # headers already sent: report in-band
+            last = None
+            yield sse_error(exc)
+        finally:
+            await close_stream(chunks)
+        if last is not None:
+            for event in self._tail(call, last, ids):
+                yield event
+        yield SSE_DONE
+
+    def _tail(self, call: Any, last: dict[str, Any], ids: list[str]) -> list[bytes]:
+        from runtime.server.openai_api import _finish, usage
+
+        meta = last.get("meta_info", {})
+        self.state.observe("openai", last)
+        reason = _finish(meta)[0]
+        parsed = self.fmt.parse(last.get("text", ""))
+        if ids and parsed.complete and len(parsed.calls) == len(ids):
+            reason = "tool_calls"
+            self.memo.record(ids, last.get("text", ""), split_output(parsed)[0], parsed.calls)
+        events = [sse(_chunk(call, {}, reason))]
+        if call.req.include_usage:
+            body = call._envelope("chat.completion.chunk", [])
+            body["usage"] = usage([meta])
+            events.append(sse(body))
+        return events
+
+
+def _deltas(events: list[Any], ids: list[str]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for e in events:
+        if isinstance(e, Content):
+            out.append({"content": e.text})
+        elif isinstance(e, CallStart):
+            ids.append(new_call_id())
+            fn = {"name": e.name, "arguments": ""}
+            out.append(
+                {"tool_calls": [{"index": e.index, "id": ids[-1], "type": "function", "function": fn}]}
+            )
+        elif isinstance(e, ArgsDelta):
+            out.append({"tool_calls": [{"index": e.index, "function": {"arguments": e.text}}]})
+    return out
+
+
+def _chunk(call: Any, delta: dict[str, Any], reason: str | None = None) -> dict[str, Any]:
+    choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": reason}
+    return call._envelope("chat.completion.chunk", [choice])
+
+
+__all__ = ["ToolCalling", "tools_block"]

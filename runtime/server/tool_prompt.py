@@ -1,0 +1,158 @@
+"""Tools and tool-using history in the prompt, rendered so that every turn extends the previous one.
+
+Fallback (the chat template does not take `tools`, as the bundled SmolLM2's): the definitions go
+into the system turn as a fixed block (`tools_block`), one JSON object per tool with sorted keys and
+no spaces; the block does not depend on `tool_choice` or `parallel_tool_calls`, so a client that
+changes those between turns keeps its cached head. An assistant message with `tool_calls` is
+rendered as the model wrote it: from `CallMemo` (the exact output text, when the client sends the
+calls back unchanged) or else in the format's canonical form, which is what the grammar makes the
+model write. Consecutive `role: "tool"` messages become one user turn of `<tool_response>` blocks.
+
+A chat template that takes `tools` gets them (same sorted definitions) and the OpenAI-shaped history
+(arguments as objects); its own rendering decides byte stability then.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+from runtime.server.errors import ApiError
+from runtime.server.tool_calls import Tool
+from runtime.server.tool_formats import RawCall, ToolFormat, canonical_json
+
+
+def tools_block(tools: tuple[Tool, ...], fmt: ToolFormat) -> str:
+    lines = "\n".join(canonical_json(t.definition()) for t in tools)
+    example = fmt.render_calls([RawCall("<function-name>", "<arguments-json-object>")])
+    return (
+        "# Tools\n\nYou may call one or more functions to help with the request. "
+        f"The functions, one JSON definition per line:\n<tools>\n{lines}\n</tools>\n\n"
+        f"To call functions, answer with this and nothing after it:\n{example}"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Memo:
+    text: str  # the full output text of the turn (content, then the calls)
+    content: str
+    calls: tuple[tuple[str, str], ...]  # (name, canonical arguments)
+
+
+class CallMemo:
+    """Exact output texts of recent tool-calling turns, by their first call id (bounded, LRU)."""
+
+    def __init__(self, capacity: int = 4096) -> None:
+        self._items: OrderedDict[str, _Memo] = OrderedDict()
+        self._capacity = capacity
+        self._lock = threading.Lock()
+
+    def record(self, ids: list[str], text: str, content: str | None, calls: tuple[RawCall, ...]) -> None:
+        if not ids:
+            return
+        key = tuple((c.name, _canonical_args(c.arguments)) for c in calls)
+        with self._lock:
+            self._items[ids[0]] = _Memo(text, (content or "").strip(), key)
+            while len(self._items) > self._capacity:
+                self._items.popitem(last=False)
+
+    def lookup(self, first_id: str, content: str, calls: tuple[tuple[str, str], ...]) -> str | None:
+        with self._lock:
+            memo = self._items.get(first_id)
+            if memo is not None:
+                self._items.move_to_end(first_id)
+        if memo is None or memo.calls != calls or memo.content != content.strip():
+            return None
+        return memo.text
+
+
+def _canonical_args(arguments: str) -> str:
+    try:
+        return canonical_json(json.loads(arguments))
+    except ValueError:
+        return arguments
+
+
+def _history_calls(index: int, calls: list[dict[str, Any]]) -> tuple[list[str], tuple[tuple[str, str], ...]]:
+    """(ids, (name, canonical arguments) per call) of an assistant message's `tool_calls`."""
+    ids, out = [], []
+    for j, call in enumerate(calls):
+        where = f"messages.{index}.tool_calls.{j}"
+        fn = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+            raise ApiError(400, f"{where}.function.name: required (a string)")
+        args = fn.get("arguments", "{}")
+        if isinstance(args, str):
+            try:
+                args = json.loads(args) if args.strip() else {}
+            except ValueError as exc:
+                raise ApiError(400, f"{where}.function.arguments: not valid JSON ({exc})") from exc
+        if not isinstance(args, dict):
+            raise ApiError(400, f"{where}.function.arguments: must be a JSON object")
+        ids.append(str(call.get("id", "")))
+        out.append((fn["name"], canonical_json(args)))
+    return ids, tuple(out)
+
+
+def _assistant_text(index: int, message: dict[str, Any], fmt: ToolFormat, memo: CallMemo) -> str:
+    content = message.get("content") or ""
+    ids, calls = _history_calls(index, message["tool_calls"])
+    exact = memo.lookup(ids[0], content, calls) if ids else None
+    if exact is not None:
+        return exact
+    block = fmt.render_calls([RawCall(name, args) for name, args in calls])
+    return f"{content}\n{block}" if content else block
+
+
+def fallback_messages(
+    messages: list[dict[str, Any]], tools: tuple[Tool, ...], fmt: ToolFormat, memo: CallMemo
+) -> list[dict[str, Any]]:
+    """Template-ready `{role, content}` messages for a template without tool support."""
+    out: list[dict[str, Any]] = []
+    for i, msg in enumerate(messages):
+        role = msg["role"]
+        if role == "tool":
+            text = fmt.render_response(msg.get("content") or "")
+            if out and out[-1].get("_tool_turn"):
+                out[-1]["content"] += "\n" + text
+            else:
+                out.append({"role": "user", "content": text, "_tool_turn": True})
+            continue
+        if role == "assistant" and msg.get("tool_calls"):
+            out.append({"role": "assistant", "content": _assistant_text(i, msg, fmt, memo)})
+            continue
+        out.append({"role": role, "content": msg.get("content") or ""})
+    for msg in out:
+        msg.pop("_tool_turn", None)
+    if tools:
+        block = tools_block(tools, fmt)
+        if out and out[0]["role"] in ("system", "developer"):
+            out[0] = {**out[0], "content": f"{out[0]['content']}\n\n{block}" if out[0]["content"] else block}
+        else:
+            out.insert(0, {"role": "system", "content": block})
+    return out
+
+
+def template_takes_tools(tokenizer: Any) -> bool:
+    template = getattr(tokenizer, "chat_template", None)
+    return isinstance(template, str) and "tools" in template
+
+
+def native_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """OpenAI history for a template with tool support: arguments as objects (HF's convention)."""
+    out = []
+    for i, msg in enumerate(messages):
+        if msg["role"] == "assistant" and msg.get("tool_calls"):
+            ids, calls = _history_calls(i, msg["tool_calls"])
+            msg = {
+                **msg,
+                "tool_calls": [
+                    {"id": cid, "type": "function", "function": {"name": name, "arguments": json.loads(args)}}
+                    for cid, (name, args) in zip(ids, calls, strict=True)
+                ],
+            }
+        out.append(msg)
+    return out
