@@ -47,12 +47,13 @@ def openai_router(state: ServerState) -> APIRouter:
     @r.post("/v1/chat/completions")
     async def chat_completions(req: ChatCompletionRequest) -> Response:
         messages = [_message_dict(i, m) for i, m in enumerate(req.messages)]
-        plan = tools.plan(req)
+        plan, ids = tools.plan(req), None
         if plan is not None or tools.touches_tools(messages):
-            text = await tools.prompt(messages, plan)
+            text, ids = await tools.prompt(messages, plan)
         else:
             text = await state.bridge.call(state.engine.apply_chat_template, messages, add_generation_prompt=True)
-        kwargs = _kwargs(state, req, req.max_new_tokens, prompt=text)
+        inputs = {"prompt": text} if ids is None else {"input_ids": ids}
+        kwargs = _kwargs(state, req, req.max_new_tokens, **inputs)
         if plan is not None:
             tools.constrain(kwargs["sampling_params"], req, plan)
         call = _Call(state, req, "chat.completion", "chatcmpl")

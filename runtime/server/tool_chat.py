@@ -15,8 +15,10 @@ from runtime.server.tool_calls import ToolPlan, new_call_id, openai_calls, plan,
 from runtime.server.tool_formats import DEFAULT_FORMAT, FORMATS
 from runtime.server.tool_prompt import (
     CallMemo,
+    Hit,
     fallback_messages,
     native_messages,
+    splice_ids,
     template_takes_tools,
     tools_block,
 )
@@ -46,18 +48,26 @@ class ToolCalling:
     def touches_tools(messages: list[dict[str, Any]]) -> bool:
         return any(m.get("tool_calls") or m["role"] == "tool" for m in messages)
 
-    async def prompt(self, messages: list[dict[str, Any]], p: ToolPlan | None) -> str:
+    async def prompt(
+        self, messages: list[dict[str, Any]], p: ToolPlan | None
+    ) -> tuple[str, list[int] | None]:
+        """The prompt text and, where earlier tool-call turns are restored from the memo, its tokens
+        with those turns as generated (send these: they are what the cache holds)."""
         tools = p.tools if p is not None else ()
         engine = self.state.engine
         tokenizer = getattr(engine, "tokenizer", None)
         if template_takes_tools(tokenizer):
             defs = [json.loads(json.dumps(t.definition(), sort_keys=True)) for t in tools] or None
-            return await self.state.bridge.call(
+            text = await self.state.bridge.call(
                 tokenizer.apply_chat_template, native_messages(messages), tools=defs,
                 tokenize=False, add_generation_prompt=True,
             )  # fmt: skip
-        rendered = fallback_messages(messages, tools, self.fmt, self.memo)
-        return await self.state.bridge.call(engine.apply_chat_template, rendered, add_generation_prompt=True)
+            return text, None
+        hits: list[Hit] = []
+        rendered = fallback_messages(messages, tools, self.fmt, self.memo, hits)
+        text = await self.state.bridge.call(engine.apply_chat_template, rendered, add_generation_prompt=True)
+        ids = await self.state.bridge.call(splice_ids, text, hits, engine.tokenize) if hits else None
+        return text, ids
 
     def constrain(self, sampling: dict[str, Any], req: ChatCompletionRequest, p: ToolPlan) -> None:
         """Put the plan's grammar into `sampling` (a JSON response_format joins it under `auto`)."""
@@ -83,7 +93,7 @@ class ToolCalling:
             choice["message"]["tool_calls"] = openai_calls(parsed.calls, ids)
             if parsed.complete:
                 choice["finish_reason"] = "tool_calls"
-                self.memo.record(ids, out["text"], content, parsed.calls)
+                self.memo.record(ids, out["text"], content, parsed.calls, self._exact_ids(out))
 
     async def stream(
         self, call: Any, chunks: AsyncIterator[dict[str, Any]], p: ToolPlan
@@ -108,6 +118,17 @@ class ToolCalling:
                 yield event
         yield SSE_DONE
 
+    def _exact_ids(self, out: dict[str, Any]) -> tuple[int, ...] | None:
+        """The output's tokens without a final stop token, if they decode to exactly its text."""
+        ids = list(out.get("output_ids") or [])
+        matched = (out.get("meta_info", {}).get("finish_reason") or {}).get("matched")
+        if ids and isinstance(matched, int) and ids[-1] == matched:
+            ids.pop()
+        decode = getattr(self.state.engine, "decode", None)
+        if not ids or decode is None or decode(ids) != out.get("text"):
+            return None
+        return tuple(ids)
+
     def _tail(self, call: Any, last: dict[str, Any], ids: list[str]) -> list[bytes]:
         from runtime.server.openai_api import _finish, usage
 
@@ -117,7 +138,9 @@ class ToolCalling:
         parsed = self.fmt.parse(last.get("text", ""))
         if ids and parsed.complete and len(parsed.calls) == len(ids):
             reason = "tool_calls"
-            self.memo.record(ids, last.get("text", ""), split_output(parsed)[0], parsed.calls)
+            self.memo.record(
+                ids, last.get("text", ""), split_output(parsed)[0], parsed.calls, self._exact_ids(last)
+            )
         events = [sse(_chunk(call, {}, reason))]
         if call.req.include_usage:
             body = call._envelope("chat.completion.chunk", [])

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +41,15 @@ class _Memo:
     text: str  # the full output text of the turn (content, then the calls)
     content: str
     calls: tuple[tuple[str, str], ...]  # (name, canonical arguments)
+    output_ids: tuple[int, ...] | None  # the generated tokens, when they decode to exactly `text`
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    """An assistant turn rendered from the memo: its text and the tokens the model generated."""
+
+    text: str
+    output_ids: tuple[int, ...] | None
 
 
 class CallMemo:
@@ -50,23 +60,30 @@ class CallMemo:
         self._capacity = capacity
         self._lock = threading.Lock()
 
-    def record(self, ids: list[str], text: str, content: str | None, calls: tuple[RawCall, ...]) -> None:
+    def record(
+        self,
+        ids: list[str],
+        text: str,
+        content: str | None,
+        calls: tuple[RawCall, ...],
+        output_ids: tuple[int, ...] | None = None,
+    ) -> None:
         if not ids:
             return
         key = tuple((c.name, _canonical_args(c.arguments)) for c in calls)
         with self._lock:
-            self._items[ids[0]] = _Memo(text, (content or "").strip(), key)
+            self._items[ids[0]] = _Memo(text, (content or "").strip(), key, output_ids)
             while len(self._items) > self._capacity:
                 self._items.popitem(last=False)
 
-    def lookup(self, first_id: str, content: str, calls: tuple[tuple[str, str], ...]) -> str | None:
+    def lookup(self, first_id: str, content: str, calls: tuple[tuple[str, str], ...]) -> Hit | None:
         with self._lock:
             memo = self._items.get(first_id)
             if memo is not None:
                 self._items.move_to_end(first_id)
         if memo is None or memo.calls != calls or memo.content != content.strip():
             return None
-        return memo.text
+        return Hit(memo.text, memo.output_ids)
 
 
 def _canonical_args(arguments: str) -> str:
@@ -97,20 +114,29 @@ def _history_calls(index: int, calls: list[dict[str, Any]]) -> tuple[list[str], 
     return ids, tuple(out)
 
 
-def _assistant_text(index: int, message: dict[str, Any], fmt: ToolFormat, memo: CallMemo) -> str:
+def _assistant_text(
+    index: int, message: dict[str, Any], fmt: ToolFormat, memo: CallMemo, hits: list[Hit] | None
+) -> str:
     content = message.get("content") or ""
     ids, calls = _history_calls(index, message["tool_calls"])
     exact = memo.lookup(ids[0], content, calls) if ids else None
     if exact is not None:
-        return exact
+        if hits is not None:
+            hits.append(exact)
+        return exact.text
     block = fmt.render_calls([RawCall(name, args) for name, args in calls])
     return f"{content}\n{block}" if content else block
 
 
 def fallback_messages(
-    messages: list[dict[str, Any]], tools: tuple[Tool, ...], fmt: ToolFormat, memo: CallMemo
+    messages: list[dict[str, Any]],
+    tools: tuple[Tool, ...],
+    fmt: ToolFormat,
+    memo: CallMemo,
+    hits: list[Hit] | None = None,
 ) -> list[dict[str, Any]]:
-    """Template-ready `{role, content}` messages for a template without tool support."""
+    """Template-ready `{role, content}` messages for a template without tool support; assistant
+    turns restored from the memo are appended to `hits`, in order."""
     out: list[dict[str, Any]] = []
     for i, msg in enumerate(messages):
         role = msg["role"]
@@ -122,7 +148,7 @@ def fallback_messages(
                 out.append({"role": "user", "content": text, "_tool_turn": True})
             continue
         if role == "assistant" and msg.get("tool_calls"):
-            out.append({"role": "assistant", "content": _assistant_text(i, msg, fmt, memo)})
+            out.append({"role": "assistant", "content": _assistant_text(i, msg, fmt, memo, hits)})
             continue
         out.append({"role": role, "content": msg.get("content") or ""})
     for msg in out:
@@ -134,6 +160,25 @@ def fallback_messages(
         else:
             out.insert(0, {"role": "system", "content": block})
     return out
+
+
+def splice_ids(text: str, hits: list[Hit], tokenize: Callable[[str], list[int]]) -> list[int] | None:
+    """The prompt's tokens with each memo-restored turn as the very tokens the model generated.
+
+    Re-tokenizing generated text can split it differently (`"}` + `}` generated, `"` + `}}` on
+    re-tokenizing), and the prefix cache matches tokens, not bytes. None: nothing to splice.
+    """
+    ids: list[int] = []
+    pos = 0
+    for hit in hits:
+        at = text.find(hit.text, pos)
+        if hit.output_ids is None or at < 0:
+            continue
+        ids += tokenize(text[pos:at]) + list(hit.output_ids)
+        pos = at + len(hit.text)
+    if pos == 0:
+        return None
+    return ids + tokenize(text[pos:])
 
 
 def template_takes_tools(tokenizer: Any) -> bool:
