@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -109,10 +110,11 @@ def _check_parameters(index: int, params: dict[str, Any]) -> None:
     if params.get("type", "object") != "object":
         raise ApiError(400, f"{where}: must be a JSON schema of type 'object'")
     try:
+        json.dumps(params, sort_keys=True)  # the grammar re-serializes it: too deep fails here, as a 400
         grammar = llguidance.LLMatcher.grammar_from_json_schema(_grammar_params(params))
         error = llguidance.LLMatcher.validate_grammar(grammar)
-    except (ValueError, TypeError) as exc:
-        error = str(exc)
+    except (ValueError, TypeError, RecursionError) as exc:
+        error = str(exc) or type(exc).__name__
     if error:
         raise ApiError(400, f"{where}: not a JSON schema this server can enforce: {error}")
 

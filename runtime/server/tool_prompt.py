@@ -102,15 +102,16 @@ def _history_calls(index: int, calls: list[dict[str, Any]]) -> tuple[list[str], 
         if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
             raise ApiError(400, f"{where}.function.name: required (a string)")
         args = fn.get("arguments", "{}")
-        if isinstance(args, str):
-            try:
+        try:
+            if isinstance(args, str):
                 args = json.loads(args) if args.strip() else {}
-            except ValueError as exc:
-                raise ApiError(400, f"{where}.function.arguments: not valid JSON ({exc})") from exc
-        if not isinstance(args, dict):
-            raise ApiError(400, f"{where}.function.arguments: must be a JSON object")
+            if not isinstance(args, dict):
+                raise ApiError(400, f"{where}.function.arguments: must be a JSON object")
+            text = canonical_json(args)
+        except (ValueError, RecursionError) as exc:
+            raise ApiError(400, f"{where}.function.arguments: not valid JSON ({type(exc).__name__})") from exc
         ids.append(str(call.get("id", "")))
-        out.append((fn["name"], canonical_json(args)))
+        out.append((fn["name"], text))
     return ids, tuple(out)
 
 

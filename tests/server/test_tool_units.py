@@ -190,3 +190,51 @@ def test_history_with_bad_arguments_is_a_400() -> None:
     with pytest.raises(ApiError) as err:
         fallback_messages([msg], (), QWEN, CallMemo())
     assert err.value.message.startswith("messages.0.tool_calls.0.function.arguments")
+
+
+def test_deeply_nested_input_is_a_400_not_a_crash() -> None:
+    deep = "[" * 100_000 + "]" * 100_000
+    msg = {"role": "assistant", "tool_calls": [{"id": "x", "function": {"name": "add", "arguments": deep}}]}
+    with pytest.raises(ApiError) as err:
+        fallback_messages([msg], (), QWEN, CallMemo())
+    assert err.value.status == 400
+    params: dict = {"type": "object"}
+    for _ in range(5000):
+        params = {"type": "object", "properties": {"x": params}}
+    with pytest.raises(ApiError) as err:
+        plan([{"type": "function", "function": {"name": "f", "parameters": params}}], "auto", None, QWEN)
+    assert err.value.status == 400 and err.value.message.startswith("tools.0.function.parameters")
+
+
+class _TemplateTokenizer:
+    """A tokenizer whose chat template takes `tools` (records what it was given)."""
+
+    chat_template = "{% for tool in tools %}{{ tool | tojson }}{% endfor %}"
+
+    def __init__(self) -> None:
+        self.seen: dict = {}
+
+    def apply_chat_template(self, messages: list, **kw: object) -> str:
+        self.seen = {"messages": messages, **kw}
+        return "rendered"
+
+
+def test_a_template_that_takes_tools_gets_them_sorted_with_parsed_arguments() -> None:
+    import asyncio
+    from types import SimpleNamespace
+
+    from runtime.server.args import ServerArgs
+    from runtime.server.bridge import EngineBridge
+    from runtime.server.tool_chat import ToolCalling
+
+    tokenizer = _TemplateTokenizer()
+    engine = SimpleNamespace(tokenizer=tokenizer)
+    state = SimpleNamespace(engine=engine, args=ServerArgs(), bridge=EngineBridge(engine, 2))
+    calling = ToolCalling(state)  # type: ignore[arg-type]
+    p = plan([WEATHER], "auto", None, QWEN)
+    text, ids = asyncio.run(calling.prompt(HISTORY[:3], p))
+    assert (text, ids) == ("rendered", None)
+    assert tokenizer.seen["tools"] == [json.loads(canonical_json(p.tools[0].definition()))]
+    assert list(tokenizer.seen["tools"][0]["function"]["parameters"]["properties"]) == ["city", "unit"]
+    call = tokenizer.seen["messages"][2]["tool_calls"][0]
+    assert call["function"]["arguments"] == {"city": "Paris", "unit": "c"}
