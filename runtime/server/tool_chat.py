@@ -74,8 +74,8 @@ class ToolCalling:
         text_schema = None
         if p.may_call and p.choice == "auto" and "json_schema" in sampling:
             text_schema = json.loads(sampling["json_schema"])
-        if p.choice == "none" and "json_schema" in sampling:
-            return  # the response format alone: JSON cannot hold a call's trigger at its start
+        if not p.may_call and ("json_schema" in sampling or "regex" in sampling):
+            return  # the request's own constraint alone: it already decides what the text may be
         sampling.pop("json_schema", None)
         sampling["lark"] = p.grammar(text_schema) if p.may_call else p.grammar(None)
 

@@ -101,6 +101,46 @@ def test_auto_and_none(client: OpenAI) -> None:
     assert r.choices[0].finish_reason in ("stop", "length")
 
 
+def test_streamed_auto_matches_the_plain_response(client: OpenAI) -> None:
+    plain = _chat(client, ASK, tools=TOOLS, tool_choice="auto", max_tokens=40)
+    stream = client.chat.completions.create(
+        model="default",
+        messages=ASK,
+        tools=TOOLS,
+        tool_choice="auto",
+        temperature=0,
+        max_tokens=40,
+        stream=True,
+    )
+    content, calls, finish = "", {}, None
+    for chunk in stream:
+        delta = chunk.choices[0].delta
+        finish = chunk.choices[0].finish_reason or finish
+        content += delta.content or ""
+        for d in delta.tool_calls or []:
+            entry = calls.setdefault(d.index, {"name": d.function.name, "arguments": ""})
+            entry["arguments"] += d.function.arguments or ""
+    msg = plain.choices[0].message
+    assert finish == plain.choices[0].finish_reason
+    assert [(c["name"], c["arguments"]) for c in calls.values()] == [
+        (c.function.name, c.function.arguments) for c in msg.tool_calls or []
+    ]
+    assert content.strip() == (msg.content or "").strip()
+
+
+def test_auto_with_a_json_response_format(client: OpenAI) -> None:
+    """The Agents SDK's `output_type` with tools: the answer is that JSON, or calls."""
+    schema = {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}
+    fmt = {"type": "json_schema", "json_schema": {"name": "out", "schema": schema}}
+    r = _chat(client, ASK, tools=TOOLS, tool_choice="auto", response_format=fmt, max_tokens=40)
+    msg = r.choices[0].message
+    if msg.tool_calls:
+        for call in msg.tool_calls:
+            _valid(call)
+    else:
+        assert r.choices[0].finish_reason == "stop" and set(json.loads(msg.content)) == {"answer"}
+
+
 def test_parallel_calls(client: OpenAI) -> None:
     messages = [ASK[0], {"role": "user", "content": "Compute 1+2 and 3+4 with two calls of add."}]
     r = _chat(client, messages, tools=[ADD], tool_choice="required", parallel_tool_calls=True, max_tokens=64)
