@@ -130,7 +130,7 @@ class ToolCalling:
         return tuple(ids)
 
     def _tail(self, call: Any, last: dict[str, Any], ids: list[str]) -> list[bytes]:
-        from runtime.server.openai_api import _finish, usage
+        from runtime.server.openai_api import _finish, usage  # openai_api imports this module
 
         meta = last.get("meta_info", {})
         self.state.observe("openai", last)
