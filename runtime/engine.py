@@ -237,10 +237,10 @@ class Engine:
         if sp.max_new_tokens > room:
             sp = replace(sp, max_new_tokens=room)
         grammar = None
-        if sp.json_schema or sp.regex or sp.ebnf:
+        if sp.json_schema or sp.regex or sp.ebnf or sp.lark:
             from runtime.grammar import GrammarMatcher
 
-            grammar = GrammarMatcher.compile(self.tokenizer, sp.json_schema, sp.regex, ebnf=sp.ebnf)
+            grammar = GrammarMatcher.compile(self.tokenizer, sp.json_schema, sp.regex, ebnf=sp.ebnf, lark=sp.lark)
         bad = [k for k in (sp.logit_bias or {}) if int(k) >= self.model.cfg.vocab_size]
         if bad:
             raise InvalidRequest(f"logit_bias: token ids out of range [0, {self.model.cfg.vocab_size}): {bad[:5]}")

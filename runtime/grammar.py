@@ -59,21 +59,29 @@ class GrammarMatcher:
 
     @classmethod
     def compile(
-        cls, tokenizer: Any, json_schema: str | None = None, regex: str | None = None, ebnf: str | None = None
+        cls,
+        tokenizer: Any,
+        json_schema: str | None = None,
+        regex: str | None = None,
+        ebnf: str | None = None,
+        lark: str | None = None,
     ) -> GrammarMatcher:
-        """Build a matcher for exactly one of `json_schema` (a JSON string), `regex` or `ebnf` (SGLang's
-        field: a GBNF grammar with a `root` rule, or a Lark grammar, as llguidance reads them).
+        """Build a matcher for exactly one of `json_schema` (a JSON string), `regex`, `ebnf` (SGLang's
+        field: a GBNF grammar with a `root` rule, or a Lark grammar, as llguidance reads them) or
+        `lark` (an llguidance Lark grammar: the tool-calling grammar).
 
         Raises GrammarError when the constraint is malformed or unsupported.
         """
-        if sum(x is not None for x in (json_schema, regex, ebnf)) != 1:
-            raise GrammarError("give exactly one of json_schema, regex or ebnf")
+        if sum(x is not None for x in (json_schema, regex, ebnf, lark)) != 1:
+            raise GrammarError("give exactly one of json_schema, regex, ebnf or lark")
         ll_tokenizer = cls._tokenizers.get(tokenizer)
         try:
             if json_schema is not None:
                 grammar = llguidance.LLMatcher.grammar_from_json_schema(json_schema, defaults=_JSON_OPTIONS)
             elif ebnf is not None:
                 grammar = llguidance.grammar_from("ebnf", ebnf)
+            elif lark is not None:
+                grammar = llguidance.LLMatcher.grammar_from_lark(lark)
             else:
                 grammar = llguidance.LLMatcher.grammar_from_regex(regex)  # type: ignore[arg-type]
         except (ValueError, TypeError) as exc:

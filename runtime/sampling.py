@@ -27,6 +27,8 @@ class SamplingParams:
     ignore_eos: bool = False
     json_schema: str | None = None
     regex: str | None = None
+    #: an llguidance Lark grammar (internal: the tool-calling grammar; not a request field)
+    lark: str | None = None
     seed: int | None = None
     skip_special_tokens: bool = True
     ebnf: str | None = None
@@ -55,7 +57,7 @@ class SamplingParams:
             (0 < self.top_p <= 1, "top_p must be in (0, 1]"),
             (self.top_k == -1 or self.top_k >= 1, "top_k must be -1 (off) or >= 1"),
             (0 <= self.min_p <= 1, "min_p must be in [0, 1]"),
-            (sum(x is not None for x in (self.json_schema, self.regex, self.ebnf)) <= 1,
+            (sum(x is not None for x in (self.json_schema, self.regex, self.ebnf, self.lark)) <= 1,
              "json_schema, regex and ebnf are mutually exclusive"),
             (-2 <= self.frequency_penalty <= 2, "frequency_penalty must be in [-2, 2]"),
             (-2 <= self.presence_penalty <= 2, "presence_penalty must be in [-2, 2]"),

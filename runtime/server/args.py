@@ -29,6 +29,8 @@ class ServerArgs:
     max_threads: int = 64
     #: larger request bodies get 413 before they are parsed
     max_request_bytes: int = 32 * 2**20
+    #: how tool calls look in the model's output (runtime/server/tool_formats.py)
+    tool_call_parser: str = "qwen25"
 
     def __post_init__(self) -> None:
         if not 0 <= self.port < 65536:
@@ -41,6 +43,10 @@ class ServerArgs:
             raise ValueError("max_request_bytes must be >= 1024")
         if self.max_threads < 1:
             raise ValueError("max_threads must be >= 1")
+        from runtime.server.tool_formats import FORMATS
+
+        if self.tool_call_parser not in FORMATS:
+            raise ValueError(f"tool_call_parser must be one of {sorted(FORMATS)}")
 
     def public_dict(self) -> dict[str, Any]:
         """For /get_server_info: everything but the key."""
@@ -53,6 +59,7 @@ class ServerArgs:
             "enable_debug_endpoints": self.enable_debug_endpoints,
             "served_model_name": self.served_model_name,
             "log_level": self.log_level,
+            "tool_call_parser": self.tool_call_parser,
         }
 
 
@@ -93,7 +100,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--log-level", default="info", choices=LOG_LEVELS)
     p.add_argument("--max-request-bytes", type=int, default=32 * 2**20,
                    help="request bodies over this many bytes get HTTP 413")
+    p.add_argument(
+        "--tool-call-parser",
+        default="qwen25",
+        choices=_tool_formats(),
+        help="tool-call format in the model's output (SGLang's names; qwen25 = hermes-style <tool_call>{...}</tool_call>)",
+    )
     return p
+
+
+def _tool_formats() -> list[str]:
+    from runtime.server.tool_formats import FORMATS
+
+    return sorted(FORMATS)
 
 
 def _policy_names() -> list[str]:
@@ -132,4 +151,5 @@ def server_args(ns: argparse.Namespace) -> ServerArgs:
         served_model_name=ns.served_model_name,
         log_level=ns.log_level,
         max_request_bytes=ns.max_request_bytes,
+        tool_call_parser=ns.tool_call_parser,
     )

@@ -22,6 +22,7 @@ from runtime.server.errors import ApiError
 from runtime.server.openai_stream import close_merged, merge_streams
 from runtime.server.schemas import ChatCompletionRequest, ChatMessage, CompletionRequest, _OpenAIBase
 from runtime.server.state import ServerState
+from runtime.server.tool_chat import ToolCalling
 
 
 def openai_router(state: ServerState) -> APIRouter:
@@ -45,21 +46,37 @@ def openai_router(state: ServerState) -> APIRouter:
         )
         return JSONResponse(call.completion_body(outs, echo))
 
+    tools = ToolCalling(state)
+
     @r.post("/v1/chat/completions")
     async def chat_completions(req: ChatCompletionRequest, request: Request) -> Response:
         messages = [_message_dict(i, m) for i, m in enumerate(req.messages)]
         template_kwargs = _template_kwargs(req.chat_template_kwargs)
-        text = await state.bridge.call(
-            state.engine.apply_chat_template, messages, add_generation_prompt=True, **template_kwargs
-        )
-        kwargs = _kwargs(state, req, req.max_new_tokens, prompt=text)
+        plan, ids = tools.plan(req), None
+        if plan is not None or tools.touches_tools(messages):
+            text, ids = await tools.prompt(messages, plan, template_kwargs)
+        else:
+            text = await state.bridge.call(
+                state.engine.apply_chat_template, messages, add_generation_prompt=True, **template_kwargs
+            )
+        inputs = {"prompt": text} if ids is None else {"input_ids": ids}
+        kwargs = _kwargs(state, req, req.max_new_tokens, **inputs)
+        if plan is not None:
+            tools.constrain(kwargs["sampling_params"], req, plan)
         call = _Call(state, req, "chat.completion", "chatcmpl")
         if req.stream:
             _check_single(req, text)
+            if plan is not None and plan.may_call:
+                tools.check_streamable(req)
+                chunks = await state.bridge.open_stream(**kwargs)
+                return StreamingResponse(tools.stream(call, chunks, plan), media_type="text/event-stream")
             streams = await _open_streams(state, kwargs, req.n)
             return StreamingResponse(call.stream(streams, chat=True), media_type="text/event-stream")
         outs = await abort_on_disconnect(state, request, kwargs["rid"], _generate_n(state, kwargs, req))
-        return JSONResponse(call.chat_body(outs))
+        body = call.chat_body(outs)
+        if plan is not None:
+            tools.shape(body, outs, plan)
+        return JSONResponse(body)
 
     @r.get("/v1/models")
     async def models() -> dict[str, Any]:

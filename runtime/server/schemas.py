@@ -303,6 +303,7 @@ class ChatCompletionRequest(_OpenAIBase):
     max_completion_tokens: int | None = Field(default=None, ge=0)
     tools: list[dict[str, Any]] | None = None
     tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
     chat_template_kwargs: dict[str, Any] | None = None
     logprobs: bool | None = None
     top_logprobs: int | None = Field(default=None, ge=0, le=20)

@@ -16,12 +16,6 @@ from pydantic import BaseModel
 from runtime.server import schemas
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "compat.md"
-#: fields other branches add to the schemas (logprobs, n, tools); the table lists them as honoured.
-#: Once merged they are checked like every other field: empty this set then.
-PENDING_MERGE = {
-    "top_logprobs", "best_of", "logit_bias", "min_tokens", "ebnf", "repetition_penalty",
-    "parallel_tool_calls", "continuous_usage_stats",
-}  # fmt: skip
 #: where a refused field is sent: path, a valid body, and where the field goes (dotted; None: top level)
 PROBES: dict[str, tuple[str, dict[str, Any], str | None]] = {
     "GenerateRequest": ("/generate", {"text": "hi", "sampling_params": {"max_new_tokens": 1}}, None),
@@ -127,16 +121,11 @@ def test_every_schema_field_is_in_the_table_and_every_honoured_row_is_a_schema_f
             problems.append(f"{name}.{field}: accepted by the schema, missing from docs/compat.md")
         for field, (status, _, _) in rows.items():
             assert status in ("honoured", "refused", "n/a"), (name, field, status)
-            if status != "refused" and field not in declared and field not in PENDING_MERGE:
+            if status != "refused" and field not in declared:
                 problems.append(
                     f"{name}.{field}: {status} in docs/compat.md but the schema does not accept it"
                 )
     assert not problems, "\n".join(problems)
-
-
-def test_pending_fields_are_listed_as_honoured() -> None:
-    listed = {f for rows in TABLES.values() for f, (status, _, _) in rows.items() if status == "honoured"}
-    assert listed >= PENDING_MERGE
 
 
 def _refused() -> list[tuple[str, str, str]]:

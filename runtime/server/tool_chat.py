@@ -1,0 +1,183 @@
+"""The chat route's tool-calling steps (one `ToolCalling` per server): plan, prompt, constraint,
+response shaping and streaming. See tool_calls.py for the contract."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from runtime.server.bridge import SSE_DONE, close_stream, sse, sse_error
+from runtime.server.errors import ApiError
+from runtime.server.schemas import ChatCompletionRequest
+from runtime.server.state import ServerState
+from runtime.server.tool_calls import ToolPlan, new_call_id, openai_calls, plan, split_output
+from runtime.server.tool_formats import DEFAULT_FORMAT, FORMATS
+from runtime.server.tool_prompt import (
+    CallMemo,
+    Hit,
+    fallback_messages,
+    native_messages,
+    splice_ids,
+    template_takes_tools,
+    tools_block,
+)
+from runtime.server.tool_stream import ArgsDelta, CallStart, CallStreamer, Content
+
+
+class ToolCalling:
+    def __init__(self, state: ServerState) -> None:
+        self.state = state
+        self.fmt = FORMATS[getattr(state.args, "tool_call_parser", DEFAULT_FORMAT)]
+        self.memo = CallMemo()
+
+    def plan(self, req: ChatCompletionRequest) -> ToolPlan | None:
+        """The request's tool plan (400 on bad tools / choice / combinations), None without tools."""
+        p = plan(req.tools, req.tool_choice, req.parallel_tool_calls, self.fmt)
+        if p is not None and p.may_call:
+            for name in ("regex", "json_schema", "ebnf"):
+                if getattr(req, name) is not None:
+                    raise ApiError(
+                        400,
+                        f"{name}: cannot be combined with tools (tool_choice {p.choice!r}); "
+                        "use response_format or tool_choice 'none'",
+                    )
+        return p
+
+    @staticmethod
+    def touches_tools(messages: list[dict[str, Any]]) -> bool:
+        return any(m.get("tool_calls") or m["role"] == "tool" for m in messages)
+
+    @staticmethod
+    def check_streamable(req: ChatCompletionRequest) -> None:
+        """Streamed tool calls come as one choice without logprobs: refuse what the stream can't carry."""
+        if req.n > 1:
+            raise ApiError(400, "n: streamed tool calls support n=1 only (stream=false takes n > 1)")
+        if req.logprobs:
+            raise ApiError(400, "logprobs: not available on streamed tool calls (stream=false returns them)")
+
+    async def prompt(
+        self, messages: list[dict[str, Any]], p: ToolPlan | None, template_kwargs: dict[str, Any] | None = None
+    ) -> tuple[str, list[int] | None]:
+        """The prompt text and, where earlier tool-call turns are restored from the memo, its tokens
+        with those turns as generated (send these: they are what the cache holds)."""
+        tools = p.tools if p is not None else ()
+        engine = self.state.engine
+        tokenizer = getattr(engine, "tokenizer", None)
+        if template_takes_tools(tokenizer):
+            defs = [json.loads(json.dumps(t.definition(), sort_keys=True)) for t in tools] or None
+            text = await self.state.bridge.call(
+                tokenizer.apply_chat_template, native_messages(messages), tools=defs,
+                tokenize=False, add_generation_prompt=True, **(template_kwargs or {}),
+            )  # fmt: skip
+            return text, None
+        hits: list[Hit] = []
+        rendered = fallback_messages(messages, tools, self.fmt, self.memo, hits)
+        text = await self.state.bridge.call(
+            engine.apply_chat_template, rendered, add_generation_prompt=True, **(template_kwargs or {})
+        )
+        ids = await self.state.bridge.call(splice_ids, text, hits, engine.tokenize) if hits else None
+        return text, ids
+
+    def constrain(self, sampling: dict[str, Any], req: ChatCompletionRequest, p: ToolPlan) -> None:
+        """Put the plan's grammar into `sampling` (a JSON response_format joins it under `auto`)."""
+        text_schema = None
+        if p.may_call and p.choice == "auto" and "json_schema" in sampling:
+            text_schema = json.loads(sampling["json_schema"])
+        if not p.may_call and ("json_schema" in sampling or "regex" in sampling):
+            return  # the request's own constraint alone: it already decides what the text may be
+        sampling.pop("json_schema", None)
+        sampling["lark"] = p.grammar(text_schema) if p.may_call else p.grammar(None)
+
+    def shape(self, body: dict[str, Any], outs: list[dict[str, Any]], p: ToolPlan) -> None:
+        """Split each choice's text into content and tool_calls (in place)."""
+        if not p.may_call:
+            return
+        for choice, out in zip(body["choices"], outs, strict=True):
+            parsed = self.fmt.parse(out["text"])
+            content, has_calls = split_output(parsed)
+            if not has_calls:
+                continue
+            ids = [new_call_id() for _ in parsed.calls]
+            choice["message"]["content"] = content
+            choice["message"]["tool_calls"] = openai_calls(parsed.calls, ids)
+            if parsed.complete:
+                choice["finish_reason"] = "tool_calls"
+                self.memo.record(ids, out["text"], content, parsed.calls, self._exact_ids(out))
+
+    async def stream(
+        self, call: Any, chunks: AsyncIterator[dict[str, Any]], p: ToolPlan
+    ) -> AsyncIterator[bytes]:
+        """OpenAI chat chunks with `delta.tool_calls`; ends with the finish chunk, usage, [DONE]."""
+        streamer, ids, last = CallStreamer(self.fmt), [], None
+        try:
+            yield sse(_chunk(call, {"role": "assistant", "content": ""}))
+            async for chunk in chunks:
+                last = chunk
+                for delta in _deltas(streamer.feed(chunk.get("text", "")), ids):
+                    yield sse(call._with_usage(_chunk(call, delta), chunk.get("meta_info", {})))
+            for delta in _deltas(streamer.finish(), ids):
+                yield sse(call._with_usage(_chunk(call, delta), (last or {}).get("meta_info", {})))
+        except Exception as exc:  # headers already sent: report in-band
+            last = None
+            yield sse_error(exc)
+        finally:
+            await close_stream(chunks)
+        if last is not None:
+            for event in self._tail(call, last, ids):
+                yield event
+        yield SSE_DONE
+
+    def _exact_ids(self, out: dict[str, Any]) -> tuple[int, ...] | None:
+        """The output's tokens without a final stop token, if they decode to exactly its text."""
+        ids = list(out.get("output_ids") or [])
+        matched = (out.get("meta_info", {}).get("finish_reason") or {}).get("matched")
+        if ids and isinstance(matched, int) and ids[-1] == matched:
+            ids.pop()
+        decode = getattr(self.state.engine, "decode", None)
+        if not ids or decode is None or decode(ids) != out.get("text"):
+            return None
+        return tuple(ids)
+
+    def _tail(self, call: Any, last: dict[str, Any], ids: list[str]) -> list[bytes]:
+        from runtime.server.openai_api import _finish, usage  # openai_api imports this module
+
+        meta = last.get("meta_info", {})
+        self.state.observe("openai", last, stream=True)
+        reason = _finish(meta)[0]
+        parsed = self.fmt.parse(last.get("text", ""))
+        if ids and parsed.complete and len(parsed.calls) == len(ids):
+            reason = "tool_calls"
+            self.memo.record(
+                ids, last.get("text", ""), split_output(parsed)[0], parsed.calls, self._exact_ids(last)
+            )
+        events = [sse(_chunk(call, {}, reason))]
+        if call.req.include_usage:
+            body = call._envelope("chat.completion.chunk", [])
+            body["usage"] = usage([meta])
+            events.append(sse(body))
+        return events
+
+
+def _deltas(events: list[Any], ids: list[str]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for e in events:
+        if isinstance(e, Content):
+            out.append({"content": e.text})
+        elif isinstance(e, CallStart):
+            ids.append(new_call_id())
+            fn = {"name": e.name, "arguments": ""}
+            out.append(
+                {"tool_calls": [{"index": e.index, "id": ids[-1], "type": "function", "function": fn}]}
+            )
+        elif isinstance(e, ArgsDelta):
+            out.append({"tool_calls": [{"index": e.index, "function": {"arguments": e.text}}]})
+    return out
+
+
+def _chunk(call: Any, delta: dict[str, Any], reason: str | None = None) -> dict[str, Any]:
+    choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": reason}
+    return call._envelope("chat.completion.chunk", [choice])
+
+
+__all__ = ["ToolCalling", "tools_block"]
