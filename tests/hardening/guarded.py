@@ -23,7 +23,9 @@ from runtime.server.serving import uvicorn_config  # noqa: E402
 class GuardedServer(LiveServer):
     def __init__(self, engine: Any, args: ServerArgs) -> None:
         super().__init__(create_app(engine, args))
-        config = uvicorn_config(self.server.config.app, args, log_level="warning", timeout_graceful_shutdown=2)
+        config = uvicorn_config(
+            self.server.config.app, args, log_level="warning", timeout_graceful_shutdown=2
+        )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
 

@@ -77,14 +77,18 @@ def test_deep_nesting_in_messages_is_a_400(client: httpx.Client) -> None:
     generate = {"text": "hi", "session_params": deep(200), "sampling_params": {"max_new_tokens": 1}}
     assert "session_params" in _message(client, "/generate", generate)
     assert "nested too deeply" in _message(client, CHAT, raw=b"[" * 100_000 + b"]" * 100_000)
-    ok = _chat({**user, "extra": deep(20)}, {"role": "assistant", "content": "", "tool_calls": [deep(20)]}, user)
+    ok = _chat(
+        {**user, "extra": deep(20)}, {"role": "assistant", "content": "", "tool_calls": [deep(20)]}, user
+    )
     assert client.post(CHAT, json=ok).status_code == 200  # moderate nesting is served
 
 
 @pytest.mark.slow
 def test_keep_alive_survives_client_mistakes(server: GuardedServer) -> None:
     bad = json.dumps(_chat({"role": "user", "content": "hi", "extra": deep(900)})).encode()
-    fmt = json.dumps(_chat({"role": "user", "content": "hi"}, response_format={"type": "json_schema"})).encode()
+    fmt = json.dumps(
+        _chat({"role": "user", "content": "hi"}, response_format={"type": "json_schema"})
+    ).encode()
     good = json.dumps({"text": "hi", "sampling_params": {"max_new_tokens": 1}}).encode()
     with connect(server.port) as sock:  # one connection, four requests
         for path, body, status in ((CHAT, bad, 400), (CHAT, fmt, 400), ("/generate", b"{", 400),
@@ -107,7 +111,11 @@ def test_huge_integers_and_overflowing_numbers(client: httpx.Client) -> None:
     for path, raw in raws:
         assert "more than 4300 digits" in _message(client, path, raw=raw.encode())
     for path, raw, field in (
-        ("/generate", '{"text": "hi", "sampling_params": {"temperature": 1e400}}', "sampling_params.temperature"),
+        (
+            "/generate",
+            '{"text": "hi", "sampling_params": {"temperature": 1e400}}',
+            "sampling_params.temperature",
+        ),
         ("/generate", '{"text": "hi", "sampling_params": {"max_new_tokens": 1e400}}', "max_new_tokens"),
         (CHAT, '{"messages": [{"role": "user", "content": "hi"}], "top_p": -1e400}', "top_p"),
         ("/session_event", '{"session_id": "s", "event": "tool_wait", "expected_s": 1e400}', "expected_s"),

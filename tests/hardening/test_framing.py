@@ -35,7 +35,9 @@ def _head(path: str, *lines: str, auth: bool = True) -> bytes:
 
 
 def _chunked(body: bytes, size: int = 16 * 1024) -> bytes:
-    parts = [b"%x\r\n%s\r\n" % (len(body[i : i + size]), body[i : i + size]) for i in range(0, len(body), size)]
+    parts = [
+        b"%x\r\n%s\r\n" % (len(body[i : i + size]), body[i : i + size]) for i in range(0, len(body), size)
+    ]
     return b"".join(parts) + b"0\r\n\r\n"
 
 

@@ -144,7 +144,10 @@ def random_schema(rng: random.Random) -> Any:
                                {"type": "object", "properties": {"a": node}}, {"allOf": [node]}])  # fmt: skip
         return node
     if kind == "wide":
-        props = {f"p{i}": {"type": rng.choice(["string", "integer", "boolean"])} for i in range(rng.choice([3, 300]))}
+        props = {
+            f"p{i}": {"type": rng.choice(["string", "integer", "boolean"])}
+            for i in range(rng.choice([3, 300]))
+        }
         return {"type": "object", "properties": props, "required": list(props)[: rng.randint(0, 3)]}
     if kind == "pattern":
         return {"type": "string", "pattern": random_regex(rng)}
@@ -160,41 +163,46 @@ def random_regex(rng: random.Random) -> str:
     atom = rng.choice(["a", "[a-z]", r"\d", "(ab|cd)", ".", "[^x]"])
     for _ in range(rng.randint(0, 3)):
         atom = f"({atom}){{{rng.choice([1, 3, 10, 100, 1000, 10000])}}}"
-    return rng.choice([atom, atom + "x", "(" * rng.randint(1, 300) + "a" + ")" * rng.randint(1, 300), atom + "{"])
+    return rng.choice(
+        [atom, atom + "x", "(" * rng.randint(1, 300) + "a" + ")" * rng.randint(1, 300), atom + "{"]
+    )
 
 
-def deep_value(rng: random.Random, depth: int) -> Any:
-    value: Any = "x"
-    for _ in range(depth):
-        value = {"k": value} if rng.random() < 0.5 else [value]
-    return value
+DEEP = "__deep__"  # placeholder, replaced by deep_json's text (json.dumps itself recurses)
+
+
+def deep_json(rng: random.Random, depth: int) -> str:
+    """`depth` nested objects/arrays around "x", as JSON text."""
+    kinds = [rng.random() < 0.5 for _ in range(depth)]
+    opens = "".join('{"k":' if obj else "[" for obj in kinds)
+    return opens + '"x"' + "".join("}" if obj else "]" for obj in reversed(kinds))
 
 
 def nested_chat(rng: random.Random) -> dict[str, Any]:
-    depth = rng.choice([2, 20, 63, 64, 65, 200, 900, 2000])
+    """A chat body with DEEP somewhere a client may nest (see deep_json)."""
     where = rng.choice(["extra", "tool_calls", "content", "tools", "kwargs", "name"])
     user: dict[str, Any] = {"role": "user", "content": "hi"}
     body: dict[str, Any] = {"messages": [user], "max_tokens": 2, "temperature": 0}
     if where == "extra":
-        user["meta"] = deep_value(rng, depth)
+        user["meta"] = DEEP
     elif where == "tool_calls":
-        body["messages"] = [{"role": "assistant", "content": "", "tool_calls": [deep_value(rng, depth)]}, user]
+        body["messages"] = [{"role": "assistant", "content": "", "tool_calls": [DEEP]}, user]
     elif where == "content":
-        user["content"] = [{"type": "text", "text": deep_value(rng, depth)}]
+        user["content"] = [{"type": "text", "text": DEEP}]
     elif where == "tools":
-        body["tools"] = [{"type": "function", "function": {"name": "f", "parameters": deep_value(rng, depth)}}]
+        body["tools"] = [{"type": "function", "function": {"name": "f", "parameters": DEEP}}]
     elif where == "kwargs":
-        body["chat_template_kwargs"] = {"x": deep_value(rng, depth)}
+        body["chat_template_kwargs"] = {"x": DEEP}
     else:
-        user["name"] = deep_value(rng, depth)
+        user["name"] = DEEP
     return body
 
 
 # ---- families ------------------------------------------------------------------------------------
 
 
-def _post(client: httpx.Client, tally: Tally, path: str, body: Any) -> None:
-    raw = json.dumps(body).encode()
+def _post(client: httpx.Client, tally: Tally, path: str, body: Any, deep: str = "") -> None:
+    raw = json.dumps(body).replace(json.dumps(DEEP), deep).encode()
     r = client.post(path, content=raw, headers={**AUTH, "content-type": "application/json"})
     tally.record(r.status_code, f"{path} {raw[:200]!r}", r.content)
 
@@ -210,13 +218,20 @@ def test_grammars_and_schemas(served: Served, tally: Tally, rss: dict[str, float
                 _post(client, tally, "/generate", {"text": "JSON:", "sampling_params": {"max_new_tokens": 2,
                                                                                         "json_schema": text}})  # fmt: skip
             elif route == 1:
-                _post(client, tally, "/v1/completions", {"prompt": "JSON:", "max_tokens": 2, "json_schema": text})
+                _post(
+                    client,
+                    tally,
+                    "/v1/completions",
+                    {"prompt": "JSON:", "max_tokens": 2, "json_schema": text},
+                )
             elif route in (2, 3):
                 fmt: dict[str, Any] = {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}
                 if rng.random() < 0.2:
                     fmt = rng.choice([{"type": "json_schema"}, {"type": "json_schema", "json_schema": {}}])
                 path = "/v1/chat/completions" if route == 2 else "/v1/completions"
-                base = {"messages": [{"role": "user", "content": "JSON"}]} if route == 2 else {"prompt": "JSON"}
+                base = (
+                    {"messages": [{"role": "user", "content": "JSON"}]} if route == 2 else {"prompt": "JSON"}
+                )
                 _post(client, tally, path, {**base, "max_tokens": 2, "response_format": fmt})
             else:
                 _post(client, tally, "/generate", {"text": "Digits:", "sampling_params": {
@@ -299,9 +314,10 @@ def test_nested_message_fields(served: Served, tally: Tally) -> None:
     rng = random.Random(None if LONG else 29)
     with httpx.Client(base_url=served.url, timeout=120) as client:
         for _ in range(CASES):
-            _post(client, tally, "/v1/chat/completions", nested_chat(rng))
+            depth = rng.choice([2, 20, 63, 64, 65, 200, 900, 2000, 100_000])
+            _post(client, tally, "/v1/chat/completions", nested_chat(rng), deep_json(rng, depth))
         for depth in (100, 1000, 5000):
-            _post(client, tally, "/generate", {"text": "hi", "session_params": deep_value(rng, depth)})
+            _post(client, tally, "/generate", {"text": "hi", "session_params": DEEP}, deep_json(rng, depth))
 
 
 def test_server_survived(served: Served, tally: Tally, rss: dict[str, float]) -> None:

@@ -46,7 +46,12 @@ def nested(n: int) -> dict[str, Any]:
 
 
 TREE = {  # recursion through structure is legitimate and stays accepted
-    "$defs": {"node": {"type": "object", "properties": {"kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}}}},
+    "$defs": {
+        "node": {
+            "type": "object",
+            "properties": {"kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}},
+        }
+    },
     "$ref": "#/$defs/node",
 }
 
@@ -127,7 +132,8 @@ def test_compilation_runs_on_a_stack_deeper_than_the_bounds() -> None:
     ours = _compile_in_child(prelude + "\nprint(len(run_with_big_stack(compile)) > 0)")
     assert ours.returncode == 0 and ours.stdout.strip() == "True", ours.stderr[-500:]
     default = _compile_in_child(
-        prelude + "\nthreading.stack_size(8 * 2**20)\nt = threading.Thread(target=compile)\nt.start(); t.join()"
+        prelude
+        + "\nthreading.stack_size(8 * 2**20)\nt = threading.Thread(target=compile)\nt.start(); t.join()"
     )
     assert default.returncode == -11  # SIGSEGV: what the bounds and the big stack protect the server from
 
@@ -153,7 +159,12 @@ def _gen(sampling: dict[str, Any]) -> dict[str, Any]:
 
 
 def _chat(**extra: Any) -> dict[str, Any]:
-    return {"messages": [{"role": "user", "content": "JSON please"}], "max_tokens": 4, "temperature": 0, **extra}
+    return {
+        "messages": [{"role": "user", "content": "JSON please"}],
+        "max_tokens": 4,
+        "temperature": 0,
+        **extra,
+    }
 
 
 def _completion(**extra: Any) -> dict[str, Any]:

@@ -57,7 +57,9 @@ def blocked() -> Iterator[tuple[BlockingEngine, str]]:
 GEN = {"text": "hi", "sampling_params": {"max_new_tokens": 1}}
 
 
-def test_past_the_threads_is_503_at_once_and_control_endpoints_answer(blocked: tuple[BlockingEngine, str]) -> None:
+def test_past_the_threads_is_503_at_once_and_control_endpoints_answer(
+    blocked: tuple[BlockingEngine, str],
+) -> None:
     engine, url = blocked
     results: list[int] = []
     holders = [threading.Thread(target=lambda: results.append(httpx.post(f"{url}/generate", json=GEN,

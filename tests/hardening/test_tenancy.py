@@ -125,4 +125,6 @@ def test_sessions_belong_to_their_salt(salted: httpx.Client) -> None:
         assert theirs.status_code == 400 and answer(theirs, sid) == answer(never, unknown)
     # A's session survived every attempt
     assert _gen(salted, "hi", cache_salt="tenant-a", session_params={"id": sid}).status_code == 200
-    assert salted.post("/close_session", json={"session_id": sid, "cache_salt": "tenant-a"}).status_code == 200
+    assert (
+        salted.post("/close_session", json={"session_id": sid, "cache_salt": "tenant-a"}).status_code == 200
+    )
