@@ -4,7 +4,9 @@ the salt that opened them (another tenant's id answers exactly like an unknown o
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -16,6 +18,7 @@ from runtime.cache.kv_pool import SlotAllocator
 from runtime.cache.namespace import namespace_key, session_key
 from runtime.cache.policies import make_policy
 from runtime.cache.radix import RadixCache
+from runtime.errors import UnknownSession
 from runtime.server import ServerArgs
 from runtime.server.limits import MAX_SALT_CHARS
 
@@ -128,3 +131,32 @@ def test_sessions_belong_to_their_salt(salted: httpx.Client) -> None:
     assert (
         salted.post("/close_session", json={"session_id": sid, "cache_salt": "tenant-a"}).status_code == 200
     )
+
+
+@pytest.mark.slow
+def test_engine_sessions_are_scoped_by_salt(engine: Any) -> None:
+    engine.session_event("scoped-1", "open", cache_salt="A")
+    assert engine.session_is_open("scoped-1", "A")
+    assert not engine.session_is_open("scoped-1") and not engine.session_is_open("scoped-1", "B")
+    for salt in ("B", None):
+        with pytest.raises(UnknownSession, match="^session 'scoped-1' is not open$"):
+            engine.session_event("scoped-1", "tool_wait", cache_salt=salt, expected_s=1.0)
+    engine.session_event("scoped-1", "tool_wait", cache_salt="A", expected_s=1.0)
+    engine.session_event("scoped-1", "close", cache_salt="A")
+    assert not engine.session_is_open("scoped-1", "A")
+
+
+def test_agent_session_events_carry_its_salt() -> None:
+    """The agent's tool_wait/resume/close must reach the session its salted requests opened."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "agent"))
+    from fake_backend import FakeBackend
+    from test_agent_loop import SYSTEM, add, arithmetic_model
+
+    from agent import Agent
+
+    backend = FakeBackend(arithmetic_model)
+    Agent(backend, system=SYSTEM, tools=[add], session_id="s", cache_salt="tenant").run("What is 1 + 2?")
+    assert [info.get("cache_salt") for _, _, info in backend.events] == ["tenant"] * len(backend.events) != []
+    unsalted = FakeBackend(arithmetic_model)
+    Agent(unsalted, system=SYSTEM, tools=[add], session_id="s").run("What is 1 + 2?")
+    assert all("cache_salt" not in info for _, _, info in unsalted.events)
