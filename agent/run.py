@@ -48,6 +48,8 @@ class RunContext:
 
     def event(self, kind: str, **info: Any) -> None:
         """Session events are hints to the cache: a failure to deliver one never stops a run."""
+        if self.cache_salt:  # sessions belong to their salt on the server: events must name it too
+            info = {"cache_salt": self.cache_salt, **info}
         try:
             self.backend.session_event(self.session_id, kind, **info)  # type: ignore[arg-type]
         except RadixAgentError as exc:

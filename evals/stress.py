@@ -5,6 +5,9 @@
 Stages, one after the other, each bounded in time (a stage that fails or overruns is reported,
 and the next still runs):
   fuzz       pytest tests/hardening/test_fuzz.py with RADIXAGENT_FUZZ_LONG=1 (--quick: the fast mode)
+  requests   pytest tests/hardening/test_fuzz_requests.py (same modes) against a `radixagent serve`
+             subprocess: grammars and schemas ($ref chains and cycles, depth, size, regexes),
+             conflicting framing headers, nested message fields; server alive and RSS after
   soak       evals.soak: 32 sessions for 3 minutes (--quick: 8 sessions, 20 s)
   isolation  evals.isolation against `radixagent serve --require-cache-salt` (--quick: fewer samples)
   faults     pytest tests/hardening/test_faults.py (--quick: without the SIGTERM test, which loads
@@ -98,6 +101,29 @@ def run_fuzz(cfg: StressConfig, out: Path) -> dict[str, Any]:
     }
 
 
+def run_requests(cfg: StressConfig, out: Path) -> dict[str, Any]:
+    env = {} if cfg.quick else {"RADIXAGENT_FUZZ_LONG": "1"}
+    started = time.monotonic()
+    rc, text = _pytest(["tests/hardening/test_fuzz_requests.py"], cfg.fuzz_timeout_s, out / "requests.log", env)
+    match = re.search(r"fuzz-requests: (\{.*\})", text)
+    found = json.loads(match.group(1)) if match else {}
+    statuses = {k: int(v) for k, v in found.get("statuses", {}).items()}
+    return {
+        "mode": "fast" if cfg.quick else "long",
+        "requests": int(found.get("requests", 0)),
+        "statuses": statuses,
+        "4xx": sum(v for k, v in statuses.items() if k.isdigit() and 400 <= int(k) < 500),
+        "5xx": sum(v for k, v in statuses.items() if k.isdigit() and int(k) >= 500),
+        "crashes": found.get("crashes"),
+        "rss_before_mib": found.get("rss_before_mib"),
+        "rss_after_mib": found.get("rss_after_mib"),
+        "tests": _counts(text),
+        "timed_out": rc is None,
+        "seconds": round(time.monotonic() - started, 1),
+        "ok": rc == 0 and match is not None,
+    }
+
+
 def run_soak(cfg: StressConfig, out: Path) -> dict[str, Any]:
     results = soak.run(soak.SoakConfig(sessions=cfg.soak_sessions, seconds=cfg.soak_seconds), out / "soak")
     keep = ("requests", "answered", "rejected_503", "disconnected", "other", "other_details", "wall_s",
@@ -153,6 +179,7 @@ def _stop(proc: subprocess.Popen[bytes]) -> int | None:
 
 STAGES: dict[str, Callable[[StressConfig, Path], dict[str, Any]]] = {
     "fuzz": run_fuzz,
+    "requests": run_requests,
     "soak": run_soak,
     "isolation": run_isolation,
     "faults": run_faults,
@@ -184,11 +211,13 @@ def run(cfg: StressConfig, out: Path, stages: list[str]) -> dict[str, Any]:
 
 def summary(stages: dict[str, Any]) -> dict[str, Any]:
     fuzz, sk, iso = stages.get("fuzz", {}), stages.get("soak", {}), stages.get("isolation", {})
+    req = stages.get("requests", {})
     return {
-        "http_requests": sum(int(s.get("requests") or 0) for s in (fuzz, sk, iso)),
-        "4xx": int(fuzz.get("4xx") or 0),
-        "5xx": int(fuzz.get("5xx") or 0) + int(sk.get("rejected_503") or 0),
-        "5xx_other_than_503": int(fuzz.get("5xx") or 0),
+        "http_requests": sum(int(s.get("requests") or 0) for s in (fuzz, req, sk, iso)),
+        "4xx": int(fuzz.get("4xx") or 0) + int(req.get("4xx") or 0),
+        "5xx": int(fuzz.get("5xx") or 0) + int(req.get("5xx") or 0) + int(sk.get("rejected_503") or 0),
+        "5xx_other_than_503": int(fuzz.get("5xx") or 0) + int(req.get("5xx") or 0),
+        "server_crashes": req.get("crashes"),
         "soak_unexpected": int(sk.get("other") or 0),
         "rss_max_mib": sk.get("rss_max_mib"),
         "rss_start_mib": sk.get("rss_start_mib"),
@@ -204,8 +233,9 @@ def report(results: dict[str, Any]) -> str:
     s, st = results["summary"], results["stages"]
     mode = "quick" if results["quick"] else "full"
     lines = [f"# Stress report ({mode})", "", "| figure | value |", "|---|---|",
-             f"| HTTP requests tried (fuzz + soak + isolation) | {s['http_requests']} |",
-             f"| 4xx answers (fuzz, all expected) | {s['4xx']} |",
+             f"| HTTP requests tried (fuzz + request fuzz + soak + isolation) | {s['http_requests']} |",
+             f"| 4xx answers (fuzz + request fuzz, all expected) | {s['4xx']} |",
+             f"| server crashes in the request fuzz | {s['server_crashes']} |",
              f"| 5xx answers: 503 overload in soak / any other | {s['5xx'] - s['5xx_other_than_503']} / {s['5xx_other_than_503']} |",
              f"| soak requests neither answered, 503, nor our own hang-up | {s['soak_unexpected']} |",
              f"| server RSS max (start) vs KV pool | {s['rss_max_mib']} MiB ({s['rss_start_mib']} MiB) vs {s['pool_capacity_mib']} MiB |",
@@ -225,6 +255,9 @@ def _detail(name: str, stage: dict[str, Any]) -> str:
         return stage["error"][:200]
     if name == "fuzz":
         return f"{stage['mode']} mode, statuses {stage['statuses']}, tests {stage['tests']}"
+    if name == "requests":
+        return (f"{stage['mode']} mode, statuses {stage['statuses']}, crashes {stage['crashes']}, server RSS "
+                f"{stage['rss_before_mib']} -> {stage['rss_after_mib']} MiB")  # fmt: skip
     if name == "soak":
         return (f"{stage['sessions']} sessions, {stage['requests']} requests, {stage['answered']} answered, "
                 f"{stage['rejected_503']} 503, {stage['disconnected']} hang-ups, p95 {stage['latency_p95_s']} s, "

@@ -14,10 +14,11 @@ import torch
 
 from runtime import model_files
 from runtime.cache.kv_pool import KVPool
+from runtime.cache.namespace import namespace_key, session_key
 from runtime.cache.policies import make_policy
 from runtime.cache.radix import RadixCache
 from runtime.config import EngineConfig, check_pool_fits, derive_pool_size
-from runtime.errors import EngineClosed, InvalidRequest, Overloaded, PromptTooLong
+from runtime.errors import EngineClosed, InvalidRequest, Overloaded, PromptTooLong, UnknownSession
 from runtime.hf_model import HFModel
 from runtime.logprobs import LogprobSpec, LogprobState
 from runtime.model import SUPPORTED, LlamaModel, ModelConfig
@@ -244,8 +245,9 @@ class Engine:
         bad = [k for k in (sp.logit_bias or {}) if int(k) >= self.model.cfg.vocab_size]
         if bad:
             raise InvalidRequest(f"logit_bias: token ids out of range [0, {self.model.cfg.vocab_size}): {bad[:5]}")
-        return Request(rid=rid or uuid.uuid4().hex, input_ids=ids, params=sp, namespace=salt or "",
-                       use_cache=bool(prefix_cache), session_id=session_id, priority=int(priority or 0),
+        return Request(rid=rid or uuid.uuid4().hex, input_ids=ids, params=sp, namespace=namespace_key(salt),
+                       use_cache=bool(prefix_cache), session_id=session_key(salt, session_id),
+                       priority=int(priority or 0),
                        sampler=Sampler(sp, self.eos_ids), grammar=grammar)
 
     # ---- control ----------------------------------------------------------------------
@@ -284,6 +286,9 @@ class Engine:
     def _submit(self, reqs: list[Request]) -> None:
         if self._closed:
             raise EngineClosed("the engine was shut down")
+        if len(reqs) > self.config.max_queue:  # a retry could never succeed: not a 503
+            raise InvalidRequest(f"a batch of {len(reqs)} prompts exceeds the queue bound ({self.config.max_queue}, "
+                                 "--max-queue): split it")
         if self.scheduler.queued + len(reqs) > self.config.max_queue:
             raise Overloaded(f"queue full ({self.config.max_queue} waiting requests)")
         for req in reqs:
@@ -325,13 +330,18 @@ class Engine:
             return True
 
     def session_event(self, session_id: str, event: str, **info: Any) -> None:
+        """Sessions are scoped by `cache_salt`: another salt's session is an unknown one."""
+        salt = info.pop("cache_salt", None)
         with self.scheduler.lock:
-            self.sessions.on_event(session_id, event, cache=self.cache, namespace=info.pop("cache_salt", None) or "",
-                                   **info)
+            try:
+                self.sessions.on_event(session_key(salt, session_id), event, cache=self.cache,
+                                       namespace=namespace_key(salt), **info)
+            except UnknownSession:
+                raise UnknownSession(f"session {session_id!r} is not open") from None  # never the scoped key
 
-    def session_is_open(self, session_id: str) -> bool:
+    def session_is_open(self, session_id: str, cache_salt: str | None = None) -> bool:
         with self.scheduler.lock:
-            return self.sessions.is_open(session_id)
+            return self.sessions.is_open(session_key(cache_salt, session_id))
 
     def get_cache_stats(self) -> dict[str, Any]:
         with self.scheduler.lock:
@@ -348,13 +358,22 @@ class Engine:
                 "pool_capacity_tokens": self.pool.size, "pool_capacity_bytes": self.pool.capacity_bytes,
                 "pool_free_tokens": self.pool.available, "queue_depth": self.scheduler.queued,
                 "running": len(self.scheduler.running), "policy": self.config.radix_eviction_policy,
-                "cache_enabled": not self.config.disable_radix_cache,
+                "cache_enabled": not self.config.disable_radix_cache, **self._kv_memory(),
                 # SGLang's live gauges (runtime/meters.py) and control counters
                 "evictable_tokens": self.cache.evictable_size,
                 "gen_throughput": self.scheduler.meters.gen_throughput(time.perf_counter()),
                 "last_prefill_hit_rate": self.scheduler.meters.last_prefill_hit_rate,
                 "aborted_requests": self.scheduler.aborted, "weights_version": self.scheduler.weights_version,
             }
+
+    def _kv_memory(self) -> dict[str, int]:
+        """K/V bytes actually held: the preallocated pool, plus each running request's own buffer
+        (a second copy of its cached prefix and room for its output), plus parked buffers kept for
+        reuse. Call under the scheduler lock."""
+        running = sum(r.kv.nbytes for r in self.scheduler.running if r.kv is not None)
+        parked = self.scheduler.buffers.nbytes
+        return {"kv_request_buffer_bytes": running, "kv_parked_buffer_bytes": parked,
+                "kv_bytes_held": self.pool.capacity_bytes + running + parked}
 
     def check_integrity(self) -> None:
         """Raises AssertionError when pool accounting, lock refs or slot ownership are broken."""

@@ -17,6 +17,7 @@ import llguidance.hf
 import numpy as np
 import torch
 
+from runtime import grammar_guard
 from runtime.errors import GrammarError
 
 # Compact JSON: the model cannot pad with whitespace, which small models otherwise do forever.
@@ -74,21 +75,15 @@ class GrammarMatcher:
         """
         if sum(x is not None for x in (json_schema, regex, ebnf, lark)) != 1:
             raise GrammarError("give exactly one of json_schema, regex, ebnf or lark")
+        # bounds first (a 400 naming the limit), then native code on a stack far beyond them
+        if json_schema is not None:
+            grammar_guard.check_json_schema(json_schema)
+        elif regex is not None:
+            grammar_guard.check_regex(regex)
+        elif ebnf is not None:
+            grammar_guard.check_ebnf(ebnf)
         ll_tokenizer = cls._tokenizers.get(tokenizer)
-        try:
-            if json_schema is not None:
-                grammar = llguidance.LLMatcher.grammar_from_json_schema(json_schema, defaults=_JSON_OPTIONS)
-            elif ebnf is not None:
-                grammar = llguidance.grammar_from("ebnf", ebnf)
-            elif lark is not None:
-                grammar = llguidance.LLMatcher.grammar_from_lark(lark)
-            else:
-                grammar = llguidance.LLMatcher.grammar_from_regex(regex)  # type: ignore[arg-type]
-        except (ValueError, TypeError) as exc:
-            raise GrammarError(f"bad constraint: {exc}") from exc
-        matcher = llguidance.LLMatcher(ll_tokenizer, grammar, log_level=0)
-        if matcher.is_error():
-            raise GrammarError(f"bad constraint: {matcher.get_error()}")
+        matcher = grammar_guard.run_with_big_stack(lambda: _build(ll_tokenizer, json_schema, regex, ebnf, lark))
         return cls(matcher, ll_tokenizer.vocab_size)
 
     def allowed_mask(self, vocab_size: int) -> torch.Tensor:
@@ -108,7 +103,7 @@ class GrammarMatcher:
     def accept(self, token_id: int) -> None:
         """Advance by one sampled token; a token outside the grammar is a GrammarError."""
         if not self._matcher.consume_token(int(token_id)):
-            raise GrammarError(f"token {token_id} rejected by grammar: {self._matcher.get_error()}")
+            raise GrammarError(f"constrained decoding failed: {_first_line(self._matcher.get_error())}")
 
     def is_finished(self) -> bool:
         """True once nothing but end-of-sequence can follow (the constrained text is complete)."""
@@ -124,3 +119,32 @@ class GrammarMatcher:
 
     def rollback(self, num_tokens: int) -> None:
         self._matcher.rollback(num_tokens)
+
+
+def _build(
+    ll_tokenizer: llguidance.LLTokenizer,
+    json_schema: str | None,
+    regex: str | None,
+    ebnf: str | None,
+    lark: str | None,
+) -> llguidance.LLMatcher:
+    try:
+        if json_schema is not None:
+            grammar = llguidance.LLMatcher.grammar_from_json_schema(json_schema, defaults=_JSON_OPTIONS)
+        elif ebnf is not None:
+            grammar = llguidance.grammar_from("ebnf", ebnf)
+        elif lark is not None:
+            grammar = llguidance.LLMatcher.grammar_from_lark(lark)
+        else:
+            grammar = llguidance.LLMatcher.grammar_from_regex(regex)  # type: ignore[arg-type]
+    except (ValueError, TypeError) as exc:
+        raise GrammarError(f"bad constraint: {_first_line(str(exc))}") from exc
+    matcher = llguidance.LLMatcher(ll_tokenizer, grammar, log_level=0)
+    if matcher.is_error():
+        raise GrammarError(f"bad constraint: {_first_line(matcher.get_error())}")
+    return matcher
+
+
+def _first_line(message: str) -> str:
+    """llguidance appends its parser state (token dumps, counters) after the first line."""
+    return message.strip().splitlines()[0][:300] if message.strip() else "rejected by the grammar"

@@ -120,6 +120,11 @@ class SpareBuffers:
     def parked(self) -> int:
         return len(self._spare)
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes of K/V held by parked buffers (outside the pool)."""
+        return sum(b.nbytes for b in self._spare)
+
 
 @dataclass(slots=True)
 class Segment:

@@ -101,12 +101,17 @@ class RadixCache:
             self.roots[namespace] = node
         return node
 
+    def _root_or_empty(self, namespace: str) -> TreeNode:
+        """The namespace's root, or a detached empty one: lookups never create roots (a root per
+        probed salt would outlive every bound), only `insert` does."""
+        return self.roots.get(namespace) or TreeNode(key=[], value=[], parent=None, namespace=namespace, lock_ref=1)
+
     def _walk(self, key: Sequence[int], namespace: str, split: bool = True) -> Iterator[tuple[TreeNode, int]]:
         """The nodes `key` runs through from its namespace's root, each with how many of its
         tokens `key` covers. With `split`, a partial match is cut so the last node ends there;
         without, the walk yields that partial edge last and changes nothing."""
-        node, pos = self.root(namespace), 0
-        while pos < len(key):
+        node, pos = self.roots.get(namespace), 0
+        while node is not None and pos < len(key):
             child = node.children.get(key[pos])
             if child is None:
                 return
@@ -123,7 +128,7 @@ class RadixCache:
         """Longest cached prefix of `key`; splits the last node at a partial match."""
         start = time.perf_counter()
         now = self.clock()
-        node, slots = self.root(namespace), []
+        node, slots = self._root_or_empty(namespace), []
         for node, _ in self._walk(key, namespace):  # noqa: B007 — the last node is the match
             node.last_access_time = now
             node.hit_count += 1
@@ -136,7 +141,7 @@ class RadixCache:
 
     def find_node(self, key: Sequence[int], namespace: str = "") -> MatchResult:
         """Like `match_prefix` but leaves access times and hit counts alone (engine bookkeeping)."""
-        node, slots = self.root(namespace), []
+        node, slots = self._root_or_empty(namespace), []
         for node, _ in self._walk(key, namespace):  # noqa: B007 — the last node is the match
             slots.extend(node.value)
         return MatchResult(slots, node)
@@ -246,6 +251,8 @@ class RadixCache:
         self._leaves_set.discard(node)
         if parent.parent is not None and not parent.children:
             self._leaves_set.add(parent)
+        elif parent.parent is None and not parent.children and self.roots.get(parent.namespace) is parent:
+            del self.roots[parent.namespace]  # an empty namespace keeps nothing
         self.evictable_size -= len(node.key)
         self.counters.evictions += 1
         self.counters.evicted_tokens += len(node.key)

@@ -32,15 +32,18 @@ def create_app(engine: Any, server_args: ServerArgs | None = None) -> FastAPI:
     app.include_router(control_router(state))
     if args.enable_debug_endpoints:
         app.include_router(debug_router(state))
+    # add_middleware wraps: the last added runs first. Auth runs before the body limit, so a
+    # request without a valid key is refused before a byte of its body is read.
+    app.add_middleware(BodyLimitMiddleware, max_bytes=args.max_request_bytes)
     if args.api_key is not None:
         app.add_middleware(ApiKeyMiddleware, api_key=args.api_key)
-    app.add_middleware(BodyLimitMiddleware, max_bytes=args.max_request_bytes)  # outermost: runs first
     return app
 
 
 class BodyLimitMiddleware:
-    """413 for request bodies over `max_bytes`, declared (Content-Length) or streamed (chunked),
-    before any route parses them: one huge body must not take the server's memory."""
+    """413 for request bodies over `max_bytes`, counting the bytes actually received whatever
+    Content-Length or Transfer-Encoding declare, before any route parses them. A request that
+    declares both framings is refused (400): front ends may read it differently (smuggling)."""
 
     def __init__(self, app: ASGIApp, max_bytes: int) -> None:
         self.app, self.max_bytes = app, max_bytes
@@ -49,21 +52,25 @@ class BodyLimitMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        names = [name for name, _ in scope.get("headers") or []]
         declared = dict(scope.get("headers") or []).get(b"content-length")
-        if declared is not None:
-            if declared.isdigit() and int(declared) > self.max_bytes:
-                await self._refuse(scope, receive, send)
-                return
-            await self.app(scope, receive, send)
+        if b"transfer-encoding" in names and declared is not None:
+            await _refuse(scope, receive, send, 400, "Content-Length and Transfer-Encoding together are refused")
             return
-        # no declared length: read (at most max_bytes + 1) first, then replay it to the app
+        if names.count(b"content-length") > 1:
+            await _refuse(scope, receive, send, 400, "more than one Content-Length header")
+            return
+        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+            await _refuse(scope, receive, send, 413, self._over)
+            return
+        # read (at most max_bytes + 1) whatever was declared, then replay it to the app
         messages, total = [], 0
         while True:
             message = await receive()
             messages.append(message)
             total += len(message.get("body", b""))
             if total > self.max_bytes:
-                await self._refuse(scope, receive, send)
+                await _refuse(scope, receive, send, 413, self._over)
                 return
             if message["type"] != "http.request" or not message.get("more_body"):
                 break
@@ -73,10 +80,16 @@ class BodyLimitMiddleware:
 
         await self.app(scope, replay, send)
 
-    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
-        response = error_response(413, f"request body over {self.max_bytes} bytes (--max-request-bytes)",
-                                  "invalid_request_error")  # fmt: skip
-        await response(scope, receive, send)
+    @property
+    def _over(self) -> str:
+        return f"request body over {self.max_bytes} bytes (--max-request-bytes)"
+
+
+async def _refuse(scope: Scope, receive: Receive, send: Send, status: int, message: str) -> None:
+    # the unread body makes the connection unusable: say so rather than leave the client waiting
+    response = error_response(status, message, "invalid_request_error")
+    response.headers["connection"] = "close"
+    await response(scope, receive, send)
 
 
 class ApiKeyMiddleware:
@@ -96,6 +109,10 @@ class ApiKeyMiddleware:
         await response(scope, receive, send)
 
     def _authorized(self, scope: Scope) -> bool:
-        headers = dict(scope.get("headers") or [])
-        scheme, _, token = headers.get(b"authorization", b"").decode("latin-1").partition(" ")
+        """Exactly one Authorization header with the key: with two, proxies and this server could
+        disagree on which one counts, so neither does."""
+        values = [v for name, v in scope.get("headers") or [] if name == b"authorization"]
+        if len(values) != 1:
+            return False
+        scheme, _, token = values[0].decode("latin-1").partition(" ")
         return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), self.key)

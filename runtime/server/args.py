@@ -31,6 +31,14 @@ class ServerArgs:
     max_request_bytes: int = 32 * 2**20
     #: how tool calls look in the model's output (runtime/server/tool_formats.py)
     tool_call_parser: str = "qwen25"
+    #: seconds a request may take to arrive whole (headers and body) once begun
+    timeout_read: float = 30.0
+    #: seconds an idle keep-alive connection is kept (uvicorn's own flag)
+    timeout_keep_alive: float = 5.0
+    #: connections held at once; more are answered 503 and closed
+    limit_concurrency: int = 512
+    #: bytes h11 buffers for an incomplete event (the request line and headers)
+    h11_max_incomplete_event_size: int = 64 * 1024
 
     def __post_init__(self) -> None:
         if not 0 <= self.port < 65536:
@@ -47,6 +55,10 @@ class ServerArgs:
 
         if self.tool_call_parser not in FORMATS:
             raise ValueError(f"tool_call_parser must be one of {sorted(FORMATS)}")
+        if not (self.timeout_read > 0 and self.timeout_keep_alive > 0):
+            raise ValueError("timeout_read and timeout_keep_alive must be > 0")
+        if self.limit_concurrency < 1 or self.h11_max_incomplete_event_size < 1024:
+            raise ValueError("limit_concurrency must be >= 1 and h11_max_incomplete_event_size >= 1024")
 
     def public_dict(self) -> dict[str, Any]:
         """For /get_server_info: everything but the key."""
@@ -60,6 +72,11 @@ class ServerArgs:
             "served_model_name": self.served_model_name,
             "log_level": self.log_level,
             "tool_call_parser": self.tool_call_parser,
+            "max_threads": self.max_threads,
+            "max_request_bytes": self.max_request_bytes,
+            "timeout_read": self.timeout_read,
+            "timeout_keep_alive": self.timeout_keep_alive,
+            "limit_concurrency": self.limit_concurrency,
         }
 
 
@@ -106,6 +123,16 @@ def build_parser() -> argparse.ArgumentParser:
         choices=_tool_formats(),
         help="tool-call format in the model's output (SGLang's names; qwen25 = hermes-style <tool_call>{...}</tool_call>)",
     )
+    p.add_argument("--max-threads", type=int, default=64,
+                   help="generation requests served at once; more get 503 at once (streams count until "
+                        "their first token)")
+    p.add_argument("--timeout-read", type=float, default=30.0,
+                   help="seconds a request may take to arrive whole (headers and body); then 408 / closed")
+    p.add_argument("--timeout-keep-alive", type=float, default=5.0, help="seconds an idle connection is kept")
+    p.add_argument("--limit-concurrency", type=int, default=512,
+                   help="connections held at once; more are answered 503 and closed")
+    p.add_argument("--h11-max-incomplete-event-size", type=int, default=64 * 1024,
+                   help="bytes of request line and headers buffered before a 400")
     return p
 
 
@@ -152,4 +179,9 @@ def server_args(ns: argparse.Namespace) -> ServerArgs:
         log_level=ns.log_level,
         max_request_bytes=ns.max_request_bytes,
         tool_call_parser=ns.tool_call_parser,
+        max_threads=ns.max_threads,
+        timeout_read=ns.timeout_read,
+        timeout_keep_alive=ns.timeout_keep_alive,
+        limit_concurrency=ns.limit_concurrency,
+        h11_max_incomplete_event_size=ns.h11_max_incomplete_event_size,
     )

@@ -16,6 +16,7 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
+from runtime.errors import Overloaded
 from runtime.server.errors import classify, error_body
 
 Chunk = dict[str, Any]
@@ -29,36 +30,71 @@ def _step(gen: Iterator[Chunk]) -> Chunk | None:
         return None
 
 
+#: threads for short engine calls (stats, flush, session events, tokenizer, chat template): apart
+#: from the generation threads, so these endpoints answer while every generation thread is busy
+CONTROL_THREADS = 16
+
+
 class EngineBridge:
-    """Runs engine methods off the event loop; at most `max_threads` at once."""
+    """Runs engine methods off the event loop.
+
+    A generation call (a non-streaming request, or a stream until its first chunk) holds a thread
+    for as long as the engine works on it: at most `max_threads` at once, and one more is refused
+    with `Overloaded` (a 503) at once instead of waiting without bound for a thread. Stream steps
+    (one per token, each brief) and control calls have thread pools of their own.
+    """
 
     def __init__(self, engine: Any, max_threads: int) -> None:
         self.engine = engine
-        self.limiter = anyio.CapacityLimiter(max_threads)
+        self.max_threads = max_threads
+        self.generation = anyio.CapacityLimiter(max_threads)  # admission: never waited on
+        self._generation_threads = anyio.CapacityLimiter(max_threads)
+        self.steps = anyio.CapacityLimiter(max_threads)
+        self.limiter = anyio.CapacityLimiter(CONTROL_THREADS)
 
     async def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """A short engine call (control endpoints)."""
         return await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs), limiter=self.limiter)
 
+    async def _generation_call(self, fn: Callable[..., Any], **kwargs: Any) -> Any:
+        borrower = object()
+        try:
+            self.generation.acquire_on_behalf_of_nowait(borrower)
+        except anyio.WouldBlock:
+            raise Overloaded(f"all {self.max_threads} generation threads are busy; retry later") from None
+        try:
+            return await anyio.to_thread.run_sync(
+                functools.partial(fn, **kwargs), limiter=self._generation_threads
+            )
+        finally:
+            self.generation.release_on_behalf_of(borrower)
+
     async def generate(self, **kwargs: Any) -> Any:
-        return await self.call(self.engine.generate, **kwargs)
+        return await self._generation_call(self.engine.generate, **kwargs)
 
     async def open_stream(self, **kwargs: Any) -> AsyncIterator[Chunk]:
         """Start a stream and wait for its first chunk, so that a bad request fails before any
         response byte is sent (a proper 4xx instead of an error inside a 200 stream)."""
-        gen = await self.call(self.engine.generate_stream, **kwargs)
+        return await self._generation_call(self._open, **kwargs)
+
+    def _open(self, **kwargs: Any) -> AsyncIterator[Chunk]:
+        gen = self.engine.generate_stream(**kwargs)
         try:
-            first = await self.call(_step, gen)
+            first = _step(gen)
         except BaseException:
-            await self._close(gen)
+            gen.close()
             raise
         return self._chunks(gen, first)
+
+    async def _step(self, gen: Iterator[Chunk]) -> Chunk | None:
+        return await anyio.to_thread.run_sync(_step, gen, limiter=self.steps)
 
     async def _chunks(self, gen: Iterator[Chunk], first: Chunk | None) -> AsyncIterator[Chunk]:
         try:
             chunk = first
             while chunk is not None:
                 yield chunk
-                chunk = await self.call(_step, gen)
+                chunk = await self._step(gen)
         finally:
             await self._close(gen)
 
@@ -66,7 +102,7 @@ class EngineBridge:
         close = getattr(gen, "close", None)
         if close is not None:
             with anyio.CancelScope(shield=True):
-                await self.call(close)
+                await anyio.to_thread.run_sync(close, limiter=self.steps)
 
 
 async def close_stream(chunks: AsyncIterator[Chunk]) -> None:

@@ -23,6 +23,7 @@ def main(argv: list[str]) -> int:
 
     from runtime.engine import Engine
     from runtime.server.app import create_app
+    from runtime.server.serving import uvicorn_config
 
     try:
         engine = Engine(model_path=ns.model_path, **engine_config(ns))
@@ -35,9 +36,7 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, _exit_cleanly)
     try:
         app = create_app(engine, args)
-        uvicorn.run(
-            app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=5
-        )
+        uvicorn.Server(uvicorn_config(app, args)).run()
     finally:
         engine.shutdown()
     return 0

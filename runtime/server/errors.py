@@ -7,12 +7,14 @@ a full queue is 503, a wrong key 401. Only a bug in the server itself is a 500.
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import BaseRoute, Match
 
 from runtime.errors import EngineClosed, InvalidRequest, Overloaded, PoolExhausted, RadixAgentError
 
@@ -69,8 +71,49 @@ def format_validation_errors(errors: list[dict[str, Any]]) -> str:
             continue
         loc_parts = [str(x) for x in err.get("loc", ()) if not _is_union_tag(x)]
         loc = ".".join(loc_parts[1:] if loc_parts[:1] == ["body"] else loc_parts)
-        parts.append(f"{loc}: {err.get('msg', 'invalid value')}" if loc else str(err.get("msg")))
+        msg = _finite_message(err) or str(err.get("msg", "invalid value")).removeprefix("Value error, ")
+        parts.append(f"{loc}: {msg}" if loc else msg)
     return "; ".join(dict.fromkeys(parts)) or "invalid request"
+
+
+def http_error_message(request: Request, exc: StarletteHTTPException) -> str:
+    """Starlette's and FastAPI's own errors, said in terms of the request."""
+    cause = exc.__cause__
+    if exc.status_code == 405:
+        allowed = ", ".join(allowed_methods(request)) or "none"
+        return f"method {request.method} is not allowed on {request.url.path} (allowed: {allowed})"
+    if exc.status_code == 404 and exc.detail == "Not Found":
+        return f"no such endpoint: {request.method} {request.url.path}"
+    if isinstance(cause, RecursionError):
+        return "malformed JSON body: nested too deeply"
+    if isinstance(cause, UnicodeDecodeError):
+        return f"malformed JSON body: not valid UTF-8 at byte {cause.start}"
+    if isinstance(cause, ValueError) and "digits" in str(cause):
+        # Python refuses to parse integers beyond 4,300 digits (a CPU-exhaustion guard)
+        return "malformed JSON body: an integer has more than 4300 digits"
+    return str(exc.detail)
+
+
+def allowed_methods(request: Request) -> list[str]:
+    """Every method some route serves at this path (Starlette's Allow names one route's only)."""
+    methods: set[str] = set()
+    stack = list(request.app.routes)
+    while stack:
+        route = stack.pop()
+        nested = getattr(route, "original_router", None) or getattr(route, "router", None)
+        if nested is not None and hasattr(nested, "routes"):  # FastAPI's included routers
+            stack.extend(nested.routes)
+        elif isinstance(route, BaseRoute) and route.matches(request.scope)[0] is Match.PARTIAL:
+            methods |= set(getattr(route, "methods", None) or ())
+    return sorted(methods - {"HEAD"})
+
+
+def _finite_message(err: dict[str, Any]) -> str | None:
+    """JSON's 1e400 parses as infinity; say so rather than "not a valid number"."""
+    value = err.get("input")
+    if isinstance(value, float) and not math.isfinite(value):
+        return "must be a finite number (values beyond +-1.8e308, like 1e400, are out of range)"
+    return None
 
 
 def _is_union_tag(part: Any) -> bool:
@@ -85,9 +128,13 @@ def install_handlers(app: FastAPI) -> None:
         return error_response(400, format_validation_errors(list(exc.errors())), "invalid_request_error")
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         type_ = "authentication_error" if exc.status_code == 401 else "invalid_request_error"
-        return error_response(exc.status_code, str(exc.detail), type_)
+        response = error_response(exc.status_code, http_error_message(request, exc), type_)
+        response.headers.update(exc.headers or {})
+        if exc.status_code == 405:
+            response.headers["Allow"] = ", ".join(allowed_methods(request))
+        return response
 
     @app.exception_handler(ApiError)
     async def _api(_: Request, exc: ApiError) -> JSONResponse:

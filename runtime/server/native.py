@@ -116,16 +116,14 @@ def native_router(state: ServerState) -> APIRouter:
         raise ApiError(400, "Cache not flushed: requests are running or waiting.")
 
     @r.post("/open_session")
-    @r.get("/open_session")
     async def open_session(req: OpenSessionRequest) -> str:
         session_id = req.session_id or uuid.uuid4().hex
-        await state.bridge.call(state.engine.session_event, session_id, "open")
+        await state.bridge.call(state.engine.session_event, session_id, "open", cache_salt=req.cache_salt)
         return session_id
 
     @r.post("/close_session")
-    @r.get("/close_session")
     async def close_session(req: CloseSessionRequest) -> Response:
-        await state.bridge.call(state.engine.session_event, req.session_id, "close")
+        await state.bridge.call(state.engine.session_event, req.session_id, "close", cache_salt=req.cache_salt)
         return Response(status_code=200)
 
     @r.post("/session_event")
@@ -159,12 +157,13 @@ def _generate_kwargs(state: ServerState, req: GenerateRequest) -> dict[str, Any]
         sampling = req.sampling_dicts()
     except ValueError as exc:
         raise ApiError(400, str(exc)) from exc
-    session_id = req.session_id or state.check_session_params(req.session_params)
+    salt = join_salt(req.cache_salt, req.extra_key)
+    session_id = req.session_id or state.check_session_params(req.session_params, salt)
     return req.logprob_kwargs() | state.engine_kwargs(
         prompt=req.text,
         input_ids=req.input_ids if req.text is None else None,
         sampling=sampling,
-        cache_salt=join_salt(req.cache_salt, req.extra_key),
+        cache_salt=salt,
         session_id=session_id,
         priority=req.priority,
         prefix_cache=req.prefix_cache,

@@ -144,7 +144,7 @@ def _kwargs(
         **inputs,
         sampling=req.sampling_dict(max_new_tokens),
         cache_salt=req.cache_salt,
-        session_id=req.session_id or state.check_session_params(req.session_params),
+        session_id=req.session_id or state.check_session_params(req.session_params, req.cache_salt),
         priority=req.priority,
         prefix_cache=req.prefix_cache,
         rid=normalize_rid(req.rid, 1, False),

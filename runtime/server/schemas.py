@@ -12,6 +12,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from runtime.grammar_guard import check_schema_value
+from runtime.server import limits
+
 #: strict types; NaN and ±Infinity (which Python's JSON parser reads) are not numbers here
 _STRICT = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
 
@@ -20,6 +23,8 @@ _STRICT = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
 SEED = Field(default=None, ge=-(2**63), le=2**64 - 1)
 #: session ids are keys of a global registry: non-empty and bounded
 SESSION_ID = {"min_length": 1, "max_length": 256}
+#: cache_salt / extra_key: the tree stores a digest, the bound keeps request memory small too
+SALT = Field(default=None, max_length=limits.MAX_SALT_CHARS)
 
 
 def has_lone_surrogate(value: Any) -> bool:
@@ -53,6 +58,7 @@ class _Request(BaseModel):
     def _valid_unicode(cls, data: Any) -> Any:
         if has_lone_surrogate(data):
             raise ValueError("invalid Unicode: a string holds a lone surrogate (\\ud800-\\udfff)")
+        limits.check_nesting(data)  # before templates and validators recurse into it
         return data
 
 
@@ -121,8 +127,8 @@ class GenerateRequest(_Request):
     rid: str | list[str] | None = None
     session_params: dict[str, Any] | None = None
     session_id: str | None = Field(default=None, **SESSION_ID)
-    cache_salt: str | None = None
-    extra_key: str | None = None
+    cache_salt: str | None = SALT
+    extra_key: str | None = SALT
     priority: int | None = None
     prefix_cache: bool = True
     return_logprob: bool | list[bool] = False
@@ -187,6 +193,14 @@ class ResponseFormat(BaseModel):
     type: Literal["text", "json_object", "json_schema"]
     json_schema: JsonSchemaFormat | None = None
 
+    @model_validator(mode="after")
+    def _schema_given(self) -> ResponseFormat:
+        if self.type == "json_schema":
+            if self.json_schema is None or self.json_schema.schema_ is None:
+                raise ValueError("json_schema.schema is required when type is 'json_schema'")
+            check_schema_value(self.json_schema.schema_, "response_format.json_schema.schema")
+        return self
+
     def to_json_schema(self) -> str | None:
         """The sampling `json_schema` string this format asks for (None: unconstrained)."""
         if self.type == "json_object":
@@ -231,7 +245,7 @@ class _OpenAIBase(_Request):
     rid: str | None = None
     session_id: str | None = Field(default=None, **SESSION_ID)
     session_params: dict[str, Any] | None = None
-    cache_salt: str | None = None
+    cache_salt: str | None = SALT
     priority: int | None = None
     prefix_cache: bool = True
 
@@ -316,10 +330,12 @@ class ChatCompletionRequest(_OpenAIBase):
 class OpenSessionRequest(_Request):
     capacity_of_str_len: int | None = Field(default=None, ge=0)
     session_id: str | None = Field(default=None, **SESSION_ID)
+    cache_salt: str | None = SALT  # the session belongs to this salt
 
 
 class CloseSessionRequest(_Request):
     session_id: str = Field(**SESSION_ID)
+    cache_salt: str | None = SALT
 
 
 class SessionEventRequest(_Request):
@@ -332,7 +348,7 @@ class SessionEventRequest(_Request):
     tool: str | None = None
     input_ids: list[int] | None = None
     keep: int | None = Field(default=None, ge=0)
-    cache_salt: str | None = None
+    cache_salt: str | None = SALT
 
     @property
     def info(self) -> dict[str, Any]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from runtime.cache.namespace import Salt, split_salt
 from runtime.errors import UnknownSession
 from runtime.sampling import SamplingParams
 from runtime.server.args import ServerArgs
@@ -37,7 +38,7 @@ class ServerState:
         prompt: str | list[str] | None = None,
         input_ids: list[int] | list[list[int]] | None = None,
         sampling: dict[str, Any] | list[dict[str, Any]],
-        cache_salt: str | None,
+        cache_salt: Salt,
         session_id: str | None,
         priority: int | None,
         prefix_cache: bool,
@@ -47,7 +48,7 @@ class ServerState:
 
         Raises `ApiError` (400) or `InvalidRequest` before anything reaches the model.
         """
-        if self.args.require_cache_salt and not cache_salt:
+        if self.args.require_cache_salt and not split_salt(cache_salt)[0]:  # extra_key is no tenant
             raise ApiError(400, "cache_salt is required by this server (--require-cache-salt)")
         if prompt is not None and isinstance(prompt, list) and not prompt:
             raise ApiError(400, "text/prompt: empty batch")
@@ -70,15 +71,15 @@ class ServerState:
             kwargs["rid"] = rid
         return kwargs
 
-    def check_session_params(self, session_params: dict[str, Any] | None) -> str | None:
-        """SGLang's `session_params.id` must name an open session (unlike a top-level `session_id`,
-        which opens its session on first use). Returns the id."""
+    def check_session_params(self, session_params: dict[str, Any] | None, cache_salt: Salt = None) -> str | None:
+        """SGLang's `session_params.id` must name an open session of this salt (unlike a top-level
+        `session_id`, which opens its session on first use). Returns the id."""
         sid = (session_params or {}).get("id")
         if sid is None:
             return None
         if not isinstance(sid, str):
             raise ApiError(400, "session_params.id: must be a string")
-        if not self.engine.session_is_open(sid):
+        if not self.engine.session_is_open(sid, split_salt(cache_salt)[0] or None):
             raise UnknownSession(f"session {sid!r} is not open (open it with /open_session)")
         return sid
 
@@ -89,7 +90,7 @@ class ServerState:
             self.metrics.observe(endpoint, out.get("meta_info", {}), stream)
 
 
-def join_salt(cache_salt: str | None, extra_key: str | None) -> str | None:
-    """SGLang namespaces the cache by both `cache_salt` and `extra_key`."""
-    parts = [p for p in (cache_salt, extra_key) if p]
-    return "|".join(parts) if parts else None
+def join_salt(cache_salt: str | None, extra_key: str | None) -> Salt:
+    """SGLang namespaces the cache by both `cache_salt` and `extra_key`; the engine keys the tree by
+    a digest of the pair (runtime/cache/namespace.py), never by a plain join."""
+    return (cache_salt, extra_key) if extra_key else cache_salt
