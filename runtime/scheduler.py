@@ -117,7 +117,8 @@ class Scheduler:
         """Fail what is queued or running (after the step in progress) and join the worker."""
         with self._worker_lock:
             self.closed = True
-            self._start_worker()  # the worker fails whatever is still queued, then exits
+            if self.thread is None and not self.inbox.empty():
+                self._fail_queued()
             threads = [t for t in (self.thread, self._retiring) if t is not None]
         self.wake.set()
         for thread in threads:
@@ -125,6 +126,12 @@ class Scheduler:
                 thread.join(timeout=CLOSE_JOIN_S)
             if thread.is_alive():
                 log.warning("scheduler worker still running %.0f s after close", CLOSE_JOIN_S)
+
+    def _fail_queued(self) -> None:
+        """No worker: fail the inbox here (a thread started at interpreter exit may be refused)."""
+        with self.lock:
+            self._drain_inbox()
+            self._fail_all(EngineClosed("the engine was shut down"))
 
     def in_flight_slots(self) -> list[int]:
         """Slots owned by running requests and not yet by the tree (integrity checks)."""
