@@ -211,6 +211,12 @@ class Cluster:
         _signal_group(self.workers[index].popen, signal.SIGKILL)
         self.workers[index].popen.wait(timeout=10)
 
+    def kill_router(self) -> None:
+        """SIGKILL the router (fault injection)."""
+        assert self.router is not None
+        _signal_group(self.router.popen, signal.SIGKILL)
+        self.router.popen.wait(timeout=10)
+
     def respawn_worker(self, index: int) -> Proc:
         """Start worker `index` again on a fresh port (its log is appended to); the caller registers
         the new URL with the router (runtime/supervisor.py says why not the old port)."""

@@ -186,3 +186,16 @@ def test_restart_backoff_doubles_and_is_capped() -> None:
     assert [policy.delay(n) for n in range(5)] == [1.0, 2.0, 4.0, 5.0, 5.0]
     with pytest.raises(ValueError):
         RestartPolicy(max_restarts=-1)
+
+
+def test_killed_router_is_restarted_on_its_port(supervised) -> None:
+    cluster, sup = supervised
+    url = cluster.url
+    assert _call(url, "k", "before").status == 200
+    old = cluster.router
+    cluster.kill_router()
+    assert _wait_for(lambda: any("router restarted" in e for e in sup.events), 30), sup.events
+    assert cluster.router is not old and cluster.url == url
+    assert _wait_for(lambda: _call(url, "k", "after").status == 200, 60), sup.events
+    workers = httpx.get(url + "/workers", timeout=10).json()["workers"]
+    assert sorted(w["url"] for w in workers) == sorted(cluster.worker_urls), (workers, sup.events)
