@@ -10,6 +10,8 @@
 #   - `radixagent launch-sglang` with SGLANG_USE_CPU_ENGINE=1 and a small --max-total-tokens on
 #     127.0.0.1:<free port>; then tests/sglang/test_real_sglang.py (server checks + the agent
 #     behaviour suite through runtime.connect(url)) from the product venv. The server is always stopped.
+# `bash tests/sglang/run.sh --serve PORT [sglang flags]` does the same setup, then runs the server in
+# the foreground on 127.0.0.1:PORT (SGLANG_MAX_TOTAL_TOKENS sets its pool) instead of the tests.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$ROOT"
@@ -51,6 +53,15 @@ setup_venv() {
 
 setup_venv
 "$V/bin/python" tests/sglang/convert_model.py "$V/model" >/dev/null
+if [ "${1:-}" = "--serve" ]; then
+    # `bash tests/sglang/run.sh --serve PORT [extra SGLang flags]`: the same server in the foreground
+    # (Ctrl-C stops it), for pointing other clients at it (e.g. runtime.connect("http://127.0.0.1:PORT")).
+    PORT="${2:?usage: run.sh --serve PORT [sglang flags]}"; shift 2
+    SGLANG_USE_CPU_ENGINE=1 exec "$V/bin/radixagent" launch-sglang -- --model-path "$V/model" --device cpu \
+        --attention-backend torch_native --disable-cuda-graph --dtype float32 \
+        --max-total-tokens "$MAX_TOTAL_TOKENS" --enable-session-radix-cache --enable-metrics --enable-cache-report \
+        --port "$PORT" --host 127.0.0.1 "$@"
+fi
 PORT="$("$V/bin/python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
 LOG="${SGLANG_LOG:-$V/server.log}"
 SGLANG_USE_CPU_ENGINE=1 "$V/bin/radixagent" launch-sglang -- --model-path "$V/model" --device cpu \
@@ -61,11 +72,14 @@ SERVER=$!
 stop() { pkill -TERM -P "$SERVER" 2>/dev/null || true; kill -TERM "$SERVER" 2>/dev/null || true
          sleep 2; pkill -KILL -P "$SERVER" 2>/dev/null || true; kill -KILL "$SERVER" 2>/dev/null || true; }
 trap stop EXIT
-for _ in $(seq 1 300); do
+for _ in $(seq 1 600); do  # startup took ~8 min on this machine under load
     curl -sf "http://127.0.0.1:$PORT/health" >/dev/null 2>&1 && break
     kill -0 "$SERVER" 2>/dev/null || { tail -40 "$LOG" >&2; echo "SGLang server exited" >&2; exit 1; }
     sleep 2
 done
 curl -sf "http://127.0.0.1:$PORT/health" >/dev/null || { tail -40 "$LOG" >&2; echo "SGLang not healthy" >&2; exit 1; }
 echo "SGLang 0.5.23 (policy session) on 127.0.0.1:$PORT, log $LOG"
-RADIXAGENT_SGLANG_URL="http://127.0.0.1:$PORT" "$ROOT/.venv/bin/python" -m pytest -q -rs tests/sglang/test_real_sglang.py "$@"
+# SGLang's CPU path is slow on a loaded 2-core machine (a 300-token prefill took 1-2 min at load ~20):
+# a per-test timeout well above pyproject's 600 s (override: SGLANG_TEST_TIMEOUT).
+RADIXAGENT_SGLANG_URL="http://127.0.0.1:$PORT" "$ROOT/.venv/bin/python" -m pytest -q -rs \
+    --timeout "${SGLANG_TEST_TIMEOUT:-3600}" tests/sglang/test_real_sglang.py "$@"
