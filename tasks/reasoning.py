@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agent import Agent, RunResult, Step, Tool, ToolError, tool
+from agent import Agent, Example, RunResult, Step, Tool, ToolError, tool
 from runtime.backends.base import Backend
 from tasks import prompts
 from tasks.questions import Question
@@ -116,6 +116,12 @@ def make_verifier(question: Question) -> Callable[[str], tuple[bool, str]]:
     return verify
 
 
+def reasoning_examples(count: int | None = None) -> list[Example]:
+    """The first `count` (default all) worked examples: one calculator call, then the answer."""
+    rows = prompts.REASONING_EXAMPLES if count is None else prompts.REASONING_EXAMPLES[:count]
+    return [Example(problem, result, (("calculator", {"expression": expr}, result),)) for problem, expr, result in rows]
+
+
 @dataclass(slots=True)
 class ProblemResult:
     question: Question
@@ -128,9 +134,9 @@ def solve(backend: Backend, question: Question, *, max_steps: int = REASONING_MA
           on_step: Callable[[Question, Step], None] | None = None) -> ProblemResult:  # fmt: skip
     """One problem: an agent run whose verifier knows the gold answer."""
     agent = Agent(
-        backend, system=prompts.REASONING_SYSTEM + prompts.REASONING_EXAMPLES, tools=[calculator_tool()], max_steps=max_steps,
+        backend, system=prompts.REASONING_SYSTEM, tools=[calculator_tool()], max_steps=max_steps,
         reflect=True, verify=make_verifier(question), dead_end=False, max_backtracks=2,
-        sampling={**GREEDY, "max_new_tokens": REASONING_MAX_NEW_TOKENS},
+        sampling={**GREEDY, "max_new_tokens": REASONING_MAX_NEW_TOKENS}, examples=reasoning_examples(),
     )  # fmt: skip
     started = time.perf_counter()
     run = agent.start(prompts.REASONING_TASK.format(question=question.question))
