@@ -6,16 +6,8 @@ byte-identical for every question of a document, so that it is prefilled once an
 
 from __future__ import annotations
 
-QA_SYSTEM = (
-    "Answer questions about the document below using only its text. Each line starts with its number "
-    "(L1, L2, ...). Give a short answer copied from the document, then the numbers of the lines it comes "
-    "from in brackets."
-)
 DOCUMENT_TITLE = "{name}"
 QA_TASK = "{question}"
-SEARCH_TOOL_DOC = "Search the document for words; returns the best matching passages with their line numbers."
-PASSAGE_SEPARATOR = "\n...\n"
-NO_PASSAGES = "no lines match these words"
 
 REASONING_SYSTEM = (
     "Solve the problem step by step. Use the calculator for every computation: it evaluates one "
@@ -74,20 +66,21 @@ QA_NOT_FOUND = "not found"
 #: (question, query, observation, answer). They are about invented documents: the agent learns the
 #: moves (search with the question's key words, copy the answering words), never these facts.
 QA_EXAMPLES: tuple[tuple[str, str, str, str], ...] = (
-    ("Where does the night train to Vienna leave from?", "night train Vienna leave",
-     "[P2] The night train to Vienna leaves from platform seven.", "platform seven"),
+    ("Where did Omar park the blue van?", "Omar park blue van",
+     "[P2] Omar parked the blue van behind the old mill near the river.", "behind the old mill near the river"),
     ("What is the password of the attic safe?", "password attic safe",
      "[P12] The password of the attic safe is 8141.\n[P3] Nobody had opened the attic for years.", "8141"),
     ("In which country does Karim's brother work?", "Karim brother work country",
      "[P3] Karim's brother is Selim.\n[P14] Selim works in Chile.", "Chile"),
     ("What did Mia plant in the garden?", "Mia plant garden",
-     "[P10] Mia planted three rows of tulips in the garden.", "three rows of tulips"),
+     "[P10] Mia planted three rows of tulips along the fence in the garden.", "three rows of tulips along the fence"),
     ("Who repaired the old clock?", "repaired old clock",
      "[P5] The old clock was repaired by Ruth Okafor in the spring.", "Ruth Okafor"),
     ("What is the name of the captain's horse?", "captain horse name",
      "[P4] The captain kept a small boat in the bay.", "not found"),
-    ("How many windows does the blue cabin have?", "windows blue cabin",
-     "[P7] The blue cabin has eleven windows and one door.\n[P9] Cabins in the north are small.", "eleven"),
+    ("What is the most pleasant way to spend a morning in Bergen?", "pleasant way morning Bergen",
+     "[P7] The most pleasant way to spend a morning in Bergen is to take the cable car up the hill.\n"
+     "[P9] Bergen is a rainy city.", "to take the cable car up the hill"),
     ("What colour is the umbrella that Lena bought?", "Lena umbrella colour",
      "[P6] Lena bought a green umbrella at the station kiosk.", "green"),
 )  # fmt: skip

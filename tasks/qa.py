@@ -1,12 +1,17 @@
-"""Long-document QA: one byte-stable head (system + numbered document) shared by every question.
+"""Long-document QA: one byte-stable head (system + paragraph-numbered document + worked examples)
+shared by every question.
 
-Flow of `run_qa`: build the agent (tools: `search_document`) whose head embeds the numbered document;
-check that it fits the context; prefill the head once (the leader request, max_new_tokens=0); then fan
-the questions out as branches of that run, each extending the head. A question's task is the bare
-question: the model answers from the document in context (or searches it first), the `verify` callback
-checks the answer against the lines it cites (or grounds it on the lines that support it) and
-rejects it otherwise, which rolls the branch back with a note. One answers.jsonl line per question,
-written and flushed as it is answered, so an interrupted run keeps what it answered.
+Flow of `run_qa`: build the agent (tool: `search_document`) whose head embeds the document (each
+paragraph after its id, "[P3] ...") and the worked examples (demonstrated search-then-answer turns,
+tasks/prompts.py); check that it fits the context; prefill the head once (the leader request,
+max_new_tokens=0); then fan the questions out as branches of that run, each extending the head.
+Per question: the first action is a search (tool_choice="required"; the query may not be empty or
+the tool's name), which returns the best sentences with their paragraph ids (tasks/passages.py);
+the answer is then constrained to a verbatim span of those sentences or "not found", checked by the
+`verify` callback against its paragraph (a rejection rolls the branch back once with a note), and
+the last allowed call may only answer, so every question ends with an answer or an explicit "not
+found". One answers.jsonl line per question, written and flushed as it is answered, so an
+interrupted run keeps what it answered.
 
 CLI: `radixagent qa --doc FILE --questions FILE [--backend embedded|URL] [--no-cache]
 [--concurrency N] [--out DIR]` (see `main`; the summary table lives in tasks/qa_report.py).
