@@ -35,7 +35,7 @@ from runtime.backends.base import Backend, Completion
 from runtime.errors import RadixAgentError
 from tasks import documents, prompts
 from tasks.citations import Verdict, check_answer
-from tasks.documents import Document
+from tasks.documents import Document, search_terms
 from tasks.passages import Sentence, SentenceIndex, number_paragraphs, sentence_of
 from tasks.questions import Question
 from tasks.runner import GREEDY, JsonlSink, context_limit, count_tokens, progress_bar
@@ -169,7 +169,7 @@ def answer_question(leader: Run, branch: int, doc: Document, question: Question,
             run.tool_choice = "none"  # the last call answers: never end without an answer
         step = run.step()
         if step.tool is not None and evidence:
-            run.answer_schema = answer_schema(evidence)
+            run.answer_schema = answer_schema(evidence, question.question)
         if on_step is not None:
             on_step(question, step)
         cut = salvage_answer(step)
@@ -181,10 +181,19 @@ def answer_question(leader: Run, branch: int, doc: Document, question: Question,
     return QAResult(row, list(run.trace), run.status)
 
 
-def answer_schema(evidence: Sequence[Sentence]) -> dict[str, Any]:
-    """An answer is a verbatim span of the evidence sentences, or "not found"."""
-    pattern = span_pattern([s.text for s in evidence], extra=[prompts.QA_NOT_FOUND])
-    return {"type": "string", "pattern": pattern}
+#: evidence holding this fraction of the question's content words is about the question: "not found"
+#: is then no longer an allowed answer (a small model otherwise takes that exit on easy questions)
+COVERED = 0.5
+
+
+def answer_schema(evidence: Sequence[Sentence], question: str) -> dict[str, Any]:
+    """An answer is a verbatim span of the evidence sentences, or "not found" while the evidence
+    does not cover the question."""
+    asked = set(search_terms(question))
+    seen = {t for s in evidence for t in search_terms(s.text)}
+    covered = bool(asked) and len(asked & seen) >= COVERED * len(asked)
+    extra = [] if covered else [prompts.QA_NOT_FOUND]
+    return {"type": "string", "pattern": span_pattern([s.text for s in evidence], extra=extra)}
 
 
 def judge(doc: Document, question: str, answer: str, evidence: Sequence[Sentence]) -> Verdict:

@@ -122,6 +122,17 @@ def reasoning_examples(count: int | None = None) -> list[Example]:
     return [Example(problem, result, (("calculator", {"expression": expr}, result),)) for problem, expr, result in rows]
 
 
+def _just_computed(run: Any) -> bool:
+    """The live path ends in a successful calculator call: the next action answers with it.
+
+    The worked examples solve each problem in one expression; letting the model call again on its
+    own result makes a small model drift (x*2+9, then that*2+9, ...). A wrong answer is rejected by
+    the verifier and rolls back, which re-opens the calculator for a different expression.
+    """
+    live = [s for s in run.steps if not s.abandoned and s.action is not None and s.kind != "reflect"]
+    return bool(live) and live[-1].action.kind == "tool" and (live[-1].tool or {}).get("error") is None
+
+
 @dataclass(slots=True)
 class ProblemResult:
     question: Question
@@ -142,6 +153,7 @@ def solve(backend: Backend, question: Question, *, max_steps: int = REASONING_MA
     run = agent.start(prompts.REASONING_TASK.format(question=question.question))
     try:
         while not run.done:
+            run.tool_choice = "none" if _just_computed(run) else "auto"
             step = run.step()
             if on_step is not None:
                 on_step(question, step)

@@ -34,7 +34,9 @@ def _calls(result) -> list[dict]:
 
 @pytest.mark.slow
 def test_readme_calculator_calls_add(engine):
-    agent = Agent(connect(engine), system="You are a careful calculator.", tools=[add], tool_choice="required")
+    agent = Agent(
+        connect(engine), system="You are a careful calculator.", tools=[add], tool_choice="required"
+    )
     result = agent.run("What is 17 + 25?")
     calls = _calls(result)
     assert calls and calls[0]["name"] == "add" and calls[0]["arguments"] == {"a": 17, "b": 25}
