@@ -116,3 +116,42 @@ def sentence_of(span: str, sentences: list[Sentence]) -> Sentence | None:
         if needle and f" {needle} " in f" {' '.join(span_words(sentence.text)).lower()} ":
             return sentence
     return None
+
+
+#: verbs that only link the question's subject to its answer ("The code of X is 2965")
+_LINKS = frozenset({"is", "are", "was", "were"})
+_CLAUSE_END = (",", ";", ":")
+
+
+def _tokens(text: str) -> tuple[list[str], list[str]]:
+    """(raw tokens, span words): the same tokenization as `span_words`, with the raw forms kept."""
+    raw = [w for w in re.findall(r"[^\s\"\\]+", text) if span_words(w)]
+    return raw, [span_words(w)[0] for w in raw]
+
+
+def expand_answer(span: str, sentence: Sentence, question: str) -> str:
+    """Widen an extractive answer to the whole answering phrase of its sentence.
+
+    The answering phrase is what the sentence says after the question's last content word (and a
+    linking "is"/"was"), up to the end of its clause: "The best thing to do in Lisbon is walk
+    across the red bridge at dusk." answers with "walk across the red bridge at dusk". A small model
+    often copies only the tail of that phrase ("the red bridge at dusk"); a span inside the phrase
+    becomes the phrase. A span elsewhere in the sentence is returned as it is.
+    """
+    raw, words = _tokens(sentence.text)
+    asked = set(search_terms(question))
+    hits = [i for i, w in enumerate(words) if asked & set(search_terms(w))]
+    wanted = span_words(span)
+    if not hits or not wanted:
+        return span
+    start = hits[-1] + 1
+    while start < len(words) and words[start].lower() in _LINKS:
+        start += 1
+    end = next((i + 1 for i in range(start, len(raw)) if raw[i].endswith(_CLAUSE_END)), len(raw))
+    lowered = [w.lower() for w in words]
+    target = [w.lower() for w in wanted]
+    for i in range(len(words) - len(target) + 1):
+        if lowered[i : i + len(target)] == target:
+            inside = start <= i and i + len(target) <= end
+            return " ".join(words[start:end]) if inside and end > start else span
+    return span

@@ -10,7 +10,8 @@ the tool's name), which returns the best sentences with their paragraph ids (tas
 the answer is then constrained to a verbatim span of those sentences or "not found", checked by the
 `verify` callback against its paragraph (a rejection rolls the branch back once with a note), and
 the last allowed call may only answer, so every question ends with an answer or an explicit "not
-found". One answers.jsonl line per question, written and flushed as it is answered, so an
+found". The accepted span is widened to the whole answering phrase of its sentence
+(`passages.expand_answer`). One answers.jsonl line per question, written and flushed as it is answered, so an
 interrupted run keeps what it answered.
 
 CLI: `radixagent qa --doc FILE --questions FILE [--backend embedded|URL] [--no-cache]
@@ -36,7 +37,7 @@ from runtime.errors import RadixAgentError
 from tasks import documents, prompts
 from tasks.citations import Verdict, check_answer
 from tasks.documents import Document, search_terms
-from tasks.passages import Sentence, SentenceIndex, number_paragraphs, sentence_of
+from tasks.passages import Sentence, SentenceIndex, expand_answer, number_paragraphs, sentence_of
 from tasks.questions import Question
 from tasks.runner import GREEDY, JsonlSink, context_limit, count_tokens, progress_bar
 from tasks.scoring import score_answer
@@ -177,6 +178,9 @@ def answer_question(leader: Run, branch: int, doc: Document, question: Question,
             # A custom-policy move: the answer ran past max_new_tokens (so its JSON never closed) but
             # its complete sentences verify; accept them rather than ask again (greedy would repeat).
             run.answer, run.verified, run.status = cut, True, "answered"
+    source = sentence_of(run.answer, evidence) if run.answer else None
+    if source is not None:  # answer extraction: the model's span, widened to its whole phrase
+        run.answer = expand_answer(run.answer or "", source, question.question)
     row = answer_row(question, run, verdicts, time.perf_counter() - started)
     return QAResult(row, list(run.trace), run.status)
 
