@@ -14,8 +14,8 @@ REASONING_SYSTEM = (
     "arithmetic expression (+ - * / // % ** and parentheses, min, max, abs, round). When you know the "
     "result, give the final answer as a number or a name, without units."
 )
-#: Worked examples (problem, expression, result): rendered as demonstrated turns in the cached head
-#: (agent/examples.py), they show the small model the one-expression habit, prefilled once.
+#: Worked examples (problem, expression, result): a section of the cached system prompt that shows the
+#: small model the one-expression habit, prefilled once.
 REASONING_EXAMPLES: tuple[tuple[str, str, str], ...] = (
     ('A shop has 7 shelves with 35 cans each. It sells 98 cans. How many cans are left?',
      '7*35-98', '147'),
@@ -46,6 +46,8 @@ REASONING_EXAMPLES: tuple[tuple[str, str, str], ...] = (
     ('A car uses 6 litres per 100 km. How many litres for 450 km?',
      '6*450/100', '27'),
 )  # fmt: skip
+REASONING_EXAMPLES_SECTION = "\n\n## Worked examples\n\n{examples}"
+REASONING_EXAMPLE = "Problem: {problem}\n{call}\nObservation: {result}\n{answer}"
 REASONING_TASK = "{question}"
 CALCULATOR_DOC = "Evaluate one arithmetic expression and return its value."
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent import Agent, Example, RunResult, Step, Tool, ToolError, tool
+from agent.examples import answer_json, call_json
 from runtime.backends.base import Backend
 from tasks import prompts
 from tasks.questions import Question
@@ -116,6 +117,17 @@ def make_verifier(question: Question) -> Callable[[str], tuple[bool, str]]:
     return verify
 
 
+def examples_text() -> str:
+    """The worked examples as one system-prompt section. Measured on the bundled problems, this
+    compact form beats demonstrated turns (`reasoning_examples`) for the calculator habit."""
+    body = "\n\n".join(
+        prompts.REASONING_EXAMPLE.format(problem=p, call=call_json("calculator", {"expression": e}), result=r,
+                                         answer=answer_json(r))
+        for p, e, r in prompts.REASONING_EXAMPLES
+    )  # fmt: skip
+    return prompts.REASONING_EXAMPLES_SECTION.format(examples=body)
+
+
 def reasoning_examples(count: int | None = None) -> list[Example]:
     """The first `count` (default all) worked examples: one calculator call, then the answer."""
     rows = prompts.REASONING_EXAMPLES if count is None else prompts.REASONING_EXAMPLES[:count]
@@ -145,9 +157,9 @@ def solve(backend: Backend, question: Question, *, max_steps: int = REASONING_MA
           on_step: Callable[[Question, Step], None] | None = None) -> ProblemResult:  # fmt: skip
     """One problem: an agent run whose verifier knows the gold answer."""
     agent = Agent(
-        backend, system=prompts.REASONING_SYSTEM, tools=[calculator_tool()], max_steps=max_steps,
+        backend, system=prompts.REASONING_SYSTEM + examples_text(), tools=[calculator_tool()], max_steps=max_steps,
         reflect=True, verify=make_verifier(question), dead_end=False, max_backtracks=2,
-        sampling={**GREEDY, "max_new_tokens": REASONING_MAX_NEW_TOKENS}, examples=reasoning_examples(),
+        sampling={**GREEDY, "max_new_tokens": REASONING_MAX_NEW_TOKENS},
     )  # fmt: skip
     started = time.perf_counter()
     run = agent.start(prompts.REASONING_TASK.format(question=question.question))
