@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from agent.constraints import forbidden_names, guard_arguments
+from agent.constraints import forbidden_names, ground_numbers, guard_arguments
 from agent.errors import ParseError
 from agent.tools import Tool, canonical_json
 
@@ -39,6 +39,7 @@ def action_schema(
     *,
     allowed: Sequence[str] | None = None,
     answer: dict[str, Any] | None = None,
+    numbers: Sequence[int | float] | None = None,
 ) -> str:
     """anyOf one object per tool ({"tool": const, "arguments": its schema}), answer, dead end.
 
@@ -49,12 +50,14 @@ def action_schema(
 
     `allowed`: the tool names that may be called (default all); `tools_only`: no answer branch;
     `answer_only`: no tool branch; `answer`: the answer string's schema (default any string).
-    Free-text string arguments may not repeat a tool's name or be empty (`guard_arguments`).
+    Free-text string arguments may not repeat a tool's name or be empty (`guard_arguments`);
+    with `numbers`, free numeric arguments take one of them (`ground_numbers`).
     """
     names = [t.name for t in tools]
     forbidden = forbidden_names(names)
     branches = [
-        _object({"tool": {"const": t.name}, "arguments": guard_arguments(t.parameters_schema(), forbidden)})
+        _object({"tool": {"const": t.name},
+                 "arguments": ground_numbers(guard_arguments(t.parameters_schema(), forbidden), numbers or ())})
         for t in sorted(tools, key=lambda t: t.name)
         if not answer_only and (allowed is None or t.name in allowed)
     ]

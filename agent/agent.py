@@ -60,11 +60,13 @@ class Agent:
         token_prompts: bool | None = None,
         tool_choice: str = "auto",
         examples: Sequence[Example] = (),
+        ground_numbers: bool = True,
     ) -> None:
         sampling = {"temperature": 0.0, "max_new_tokens": 256, **(sampling or {})}
         self.config = AgentConfig(
             max_steps=max_steps, reflect=reflect, max_backtracks=max_backtracks,
             max_errors=max_errors, dead_end=dead_end, sampling=sampling, tool_choice=tool_choice,
+            ground_numbers=ground_numbers,
         )  # fmt: skip
         names = [t.name for t in tools]
         if len(set(names)) != len(names):

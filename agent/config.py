@@ -18,6 +18,8 @@ class AgentConfig:
     fork_temperature: float = 0.7
     #: "auto" | "required" | "none" | a tool name: see agent/choice.py (the Agent checks the name)
     tool_choice: str = "auto"
+    #: numeric tool arguments take a number written in the run so far (system, task, results)
+    ground_numbers: bool = True
     sampling: dict[str, Any] = field(default_factory=lambda: {"temperature": 0.0, "max_new_tokens": 256})
 
     def __post_init__(self) -> None:

@@ -120,3 +120,42 @@ def _nested(words: Sequence[str]) -> str:
     for word in reversed(words[1:]):
         out = f"( {escape(word)}{out})?"
     return escape(words[0]) + out
+
+
+_NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?![\w.]*\d)")
+MAX_NUMBERS = 64
+
+
+def context_numbers(text: str) -> list[int | float]:
+    """The distinct numbers written in `text`, in order of appearance (at most MAX_NUMBERS, latest kept)."""
+    seen: dict[int | float, None] = {}
+    for match in _NUMBER.finditer(text):
+        value = float(match.group())
+        number: int | float = int(value) if value.is_integer() and abs(value) < 2**53 else value
+        seen.pop(number, None)
+        seen[number] = None
+    return list(seen)[-MAX_NUMBERS:]
+
+
+def _free_number(schema: dict[str, Any]) -> bool:
+    keys = {"enum", "const", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"}
+    return schema.get("type") in ("number", "integer") and not (keys & schema.keys())
+
+
+def ground_numbers(parameters: dict[str, Any], numbers: Sequence[int | float]) -> dict[str, Any]:
+    """A copy of a tool's arguments schema whose free numeric arguments take one of `numbers`.
+
+    A small model otherwise invents values, or spins digits forever ("2.5000000..."). Integer
+    arguments take the integral ones. No numbers (or none that fit): the argument stays free.
+    """
+    properties = parameters.get("properties")
+    if not isinstance(properties, dict) or not numbers:
+        return parameters
+    grounded = {}
+    for name, schema in properties.items():
+        if isinstance(schema, dict) and _free_number(schema):
+            choices = [n for n in numbers if schema["type"] == "number" or isinstance(n, int)]
+            if choices:
+                schema = {**schema, "enum": choices}
+        grounded[name] = schema
+    return {**parameters, "properties": grounded}

@@ -106,6 +106,10 @@ class PromptLayout:
     def _head_piece(self, system: str) -> Piece:
         return self._piece(render_head_text(system, self._tools, self._documents, self._dead_end, self._examples))
 
+    def system_text(self) -> str:
+        """The system instructions as given (rendered now, for a dynamic head)."""
+        return self._system if isinstance(self._system, str) else self._system()
+
     def head(self) -> Piece:
         if self._head is not None:
             return self._head

@@ -17,6 +17,7 @@ from agent import prompts
 from agent.actions import Action, action_schema, parse_action, thought_schema
 from agent.choice import allowed_actions
 from agent.config import AgentConfig
+from agent.constraints import context_numbers
 from agent.errors import ParseError
 from agent.layout import Piece, Prompt, PromptLayout
 from agent.result import Checkpoint, RunResult, Step
@@ -171,9 +172,16 @@ class Run:
         # The same call twice in a row learns nothing new: small models loop on it, so the
         # next action must be an answer (or a declared dead end).
         answer_only = not allowed.tools or (len(calls) >= 2 and calls[-1] == calls[-2])
+        numbers = self._numbers() if self.ctx.config.ground_numbers else None
         return action_schema(list(self.ctx.tools.values()), dead_end=self.ctx.config.dead_end,
                              tools_only=not allowed.answer, answer_only=answer_only,
-                             allowed=allowed.tools, answer=self.answer_schema)  # fmt: skip
+                             allowed=allowed.tools, answer=self.answer_schema, numbers=numbers)  # fmt: skip
+
+    def _numbers(self) -> list[int | float]:
+        """Numbers the run has written so far: system text, task, calls and results (not the tool specs)."""
+        head = self.layout.head().text
+        log = self.layout.render(generation_prompt=False).text[len(head) :]
+        return context_numbers(self.layout.system_text() + "\n" + log)
 
     def _call(self, prompt: Prompt, schema: str, step: Step) -> Completion | None:
         params = {**self.sampling, "json_schema": schema}

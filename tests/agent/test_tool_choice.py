@@ -139,3 +139,16 @@ def test_span_pattern_allows_verbatim_spans_only():
         assert re.fullmatch(pattern.strip("^$"), good), good
     for bad in ["door 2965", "2965.", "the code", ""]:
         assert not re.fullmatch(pattern.strip("^$"), bad), bad
+
+
+def test_numeric_arguments_take_numbers_written_in_the_run():
+    backend = FakeBackend(['{"tool":"multiply","arguments":{"a":7,"b":4}}', '{"answer":"28"}'])
+    agent = Agent(backend, system="Shop. Delivery costs 3 dollars.", tools=[add, multiply])
+    agent.run("A notebook costs 4.50 dollars. Use the multiply tool to price 7 notebooks.")
+    first = json.loads(backend.calls[0].sampling_params["json_schema"])["anyOf"][0]
+    assert first["properties"]["arguments"]["properties"]["a"]["enum"] == [3, 7]  # integers only
+    second = json.loads(backend.calls[1].sampling_params["json_schema"])["anyOf"][0]
+    assert second["properties"]["arguments"]["properties"]["b"]["enum"] == [3, 7, 4, 28]  # + call, result
+    off = FakeBackend(['{"answer":"x"}'])
+    Agent(off, system=SYSTEM, tools=[add], ground_numbers=False).run("What is 1 + 2?")
+    assert "enum" not in off.calls[0].sampling_params["json_schema"]
