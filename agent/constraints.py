@@ -36,7 +36,7 @@ def not_words_pattern(words: Iterable[str]) -> str:
     """Anchored regex of non-empty strings that start with a non-space and equal none of `words`
     (case-insensitive)."""
     trie: dict[str, Any] = {}
-    for word in {w.lower() for w in words if w}:
+    for word in sorted({w.lower() for w in words if w}):  # sorted: one pattern whatever the hash seed
         node = trie
         for ch in word:
             node = node.setdefault(ch, {})
@@ -50,11 +50,11 @@ def _cased(ch: str) -> list[str]:
 
 def _complement(node: dict[str, Any], first: bool = False) -> str:
     """Strings that, appended to this trie node's prefix, give a string outside the word set."""
-    children = [ch for ch in node if ch]
+    children = sorted(ch for ch in node if ch)
     excluded = "".join(_class_char(c) for ch in children for c in _cased(ch))
     head = f"[^{excluded}\\s]" if first else (f"[^{excluded}]" if excluded else ".")
     options = [head + ".*"]
-    for ch in sorted(children):
+    for ch in children:
         chars = _cased(ch)
         atom = escape(chars[0]) if len(chars) == 1 else "[" + "".join(_class_char(c) for c in chars) + "]"
         options.append(atom + _complement(node[ch]))
