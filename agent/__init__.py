@@ -6,6 +6,7 @@ from agent.actions import Action, action_schema, parse_action
 from agent.agent import Agent
 from agent.config import AgentConfig
 from agent.errors import AgentError, ParseError, ToolError
+from agent.examples import Example, ExampleCall
 from agent.layout import Prompt, PromptLayout
 from agent.result import Checkpoint, ForkResult, RunResult, Step
 from agent.run import Run
@@ -18,6 +19,8 @@ __all__ = [
     "AgentConfig",
     "AgentError",
     "Checkpoint",
+    "Example",
+    "ExampleCall",
     "ForkResult",
     "ParseError",
     "PrefixBreakWarning",

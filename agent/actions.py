@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from agent.constraints import forbidden_names, ground_numbers, guard_arguments
 from agent.errors import ParseError
 from agent.tools import Tool, canonical_json
 
@@ -31,7 +32,14 @@ def _object(properties: dict[str, Any]) -> dict[str, Any]:
 
 
 def action_schema(
-    tools: Sequence[Tool], dead_end: bool = False, tools_only: bool = False, answer_only: bool = False
+    tools: Sequence[Tool],
+    dead_end: bool = False,
+    tools_only: bool = False,
+    answer_only: bool = False,
+    *,
+    allowed: Sequence[str] | None = None,
+    answer: dict[str, Any] | None = None,
+    numbers: Sequence[int | float] | None = None,
 ) -> str:
     """anyOf one object per tool ({"tool": const, "arguments": its schema}), answer, dead end.
 
@@ -39,15 +47,23 @@ def action_schema(
     what every grammar backend (llguidance, xgrammar, outlines) supports. Keys are NOT sorted:
     grammar engines emit properties in schema order, and "tool" must come before "arguments"
     (and arguments in signature order). The schema is a sampling parameter, not prompt text.
+
+    `allowed`: the tool names that may be called (default all); `tools_only`: no answer branch;
+    `answer_only`: no tool branch; `answer`: the answer string's schema (default any string).
+    Free-text string arguments may not repeat a tool's name or be empty (`guard_arguments`);
+    with `numbers`, free numeric arguments take one of them (`ground_numbers`).
     """
+    names = [t.name for t in tools]
+    forbidden = forbidden_names(names)
     branches = [
-        _object({"tool": {"const": t.name}, "arguments": t.parameters_schema()})
+        _object({"tool": {"const": t.name},
+                 "arguments": ground_numbers(guard_arguments(t.parameters_schema(), forbidden), numbers or ())})
         for t in sorted(tools, key=lambda t: t.name)
-        if not answer_only
+        if not answer_only and (allowed is None or t.name in allowed)
     ]
     if tools_only and branches:
         return _ordered_json({"anyOf": branches})
-    branches.append(_object({"answer": {"type": "string"}}))
+    branches.append(_object({"answer": answer or {"type": "string"}}))
     if dead_end:
         branches.append(_object({"dead_end": {"type": "string"}}))
     return _ordered_json({"anyOf": branches})

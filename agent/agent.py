@@ -10,7 +10,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from agent.choice import check_tool_choice
 from agent.config import AgentConfig
+from agent.examples import Example, check_examples
 from agent.layout import Document, Prompt, PromptLayout
 from agent.result import ForkResult, RunResult
 from agent.run import Run, RunContext, Verify
@@ -57,16 +59,23 @@ class Agent:
         priority: int | None = None,
         token_prompts: bool | None = None,
         tool_choice: str = "auto",
+        examples: Sequence[Example] = (),
+        ground_numbers: bool = True,
     ) -> None:
         sampling = {"temperature": 0.0, "max_new_tokens": 256, **(sampling or {})}
         self.config = AgentConfig(
             max_steps=max_steps, reflect=reflect, max_backtracks=max_backtracks,
             max_errors=max_errors, dead_end=dead_end, sampling=sampling, tool_choice=tool_choice,
+            ground_numbers=ground_numbers,
         )  # fmt: skip
         names = [t.name for t in tools]
         if len(set(names)) != len(names):
             raise ValueError(f"duplicate tool names in {names}")
+        check_tool_choice(tool_choice, names)
         self.tools = {t.name: t for t in tools}
+        # The agent's own examples first, then each tool's (by tool name): a fixed order, a stable head.
+        self.examples = (*examples, *(e for t in sorted(tools, key=lambda t: t.name) for e in t.examples))
+        check_examples(self.examples, names)
         self.system, self.documents, self.verify = system, tuple(documents), verify
         self.session_id, self.cache_salt, self.priority = session_id, cache_salt, priority
         self.trace_path = Path(trace_path) if trace_path is not None else None
@@ -129,6 +138,7 @@ class Agent:
         return PromptLayout(
             self.system, list(self.tools.values()), self.documents,
             tokenize=self._tokenize if token_mode else None, dead_end=self.config.dead_end,
+            examples=self.examples,
         )  # fmt: skip
 
     def _new_session(self) -> str:
@@ -137,26 +147,31 @@ class Agent:
 
     # -- entry points ---------------------------------------------------------------------------
 
-    def start(self, task: str, session_id: str | None = None) -> Run:
+    def start(self, task: str, session_id: str | None = None, tool_choice: str | None = None) -> Run:
         """A Run positioned before its first model call, for custom policies (drive `run.step()`).
 
-        The caller owns the session: call `run.close()` when done (run() does this).
+        `tool_choice` overrides the agent's for this run. The caller owns the session: call
+        `run.close()` when done (run() does this).
         """
+        if tool_choice is not None:
+            check_tool_choice(tool_choice, list(self.tools))
         ctx = self._context(session_id or self._new_session())
         ctx.breaks.expect(0, ())  # a new run is a new branch of the session: nothing to extend yet
         ctx.event("open", run_id=ctx.run_id)
-        return Run(ctx, self._layout(self._token_mode()), task, branch=0)
+        return Run(ctx, self._layout(self._token_mode()), task, branch=0, tool_choice=tool_choice)
 
-    def run(self, task: str) -> RunResult:
-        run = self.start(task)
+    def run(self, task: str, tool_choice: str | None = None) -> RunResult:
+        """Run `task` to its end. `tool_choice` ("auto" | "required" | "none" | a tool name)
+        overrides the agent's for this run."""
+        run = self.start(task, tool_choice=tool_choice)
         try:
             return run.run_to_end()
         finally:
             run.close()
 
-    async def arun(self, task: str) -> RunResult:
+    async def arun(self, task: str, tool_choice: str | None = None) -> RunResult:
         """Async form: the loop runs in a worker thread (backends and tools may block)."""
-        return await asyncio.to_thread(self.run, task)
+        return await asyncio.to_thread(self.run, task, tool_choice)
 
     def fork(self, n: int, task: str, temperature: float | None = None) -> ForkResult:
         """Run `n` branches from one shared prefix, prefilled once before they start.
@@ -189,7 +204,9 @@ class Agent:
         )
         sampling["seed"] = branch
         ctx.breaks.expect(branch, base._break_units(shared))
-        return Run(ctx, base.layout.clone(), None, branch=branch, sampling=sampling)
+        run = Run(ctx, base.layout.clone(), None, branch=branch, sampling=sampling, tool_choice=base.tool_choice)
+        run.task = base.task  # already in the shared log; kept for tool_choice "auto"
+        return run
 
     def _prefill(self, base: Run) -> StepRecord | None:
         """Compute the shared prefix's KV once (max_new_tokens=0; 1 where a server needs >= 1)."""

@@ -16,9 +16,10 @@ class AgentConfig:
     max_errors: int = 3  # consecutive failed actions before the branch is abandoned
     dead_end: bool = True  # let the model declare a dead end (triggers a rollback)
     fork_temperature: float = 0.7
-    #: "auto": the model picks tool or answer; "required": a branch's first action must call a
-    #: tool (as OpenAI's tool_choice), which small models need to look things up at all
+    #: "auto" | "required" | "none" | a tool name: see agent/choice.py (the Agent checks the name)
     tool_choice: str = "auto"
+    #: numeric tool arguments take a number written in the run so far (system, task, results)
+    ground_numbers: bool = True
     sampling: dict[str, Any] = field(default_factory=lambda: {"temperature": 0.0, "max_new_tokens": 256})
 
     def __post_init__(self) -> None:
@@ -30,8 +31,8 @@ class AgentConfig:
             raise ValueError("max_backtracks must be >= 0 and max_errors >= 1")
         if self.fork_temperature <= 0:
             raise ValueError("fork_temperature must be > 0 (greedy branches would be identical)")
-        if self.tool_choice not in ("auto", "required"):
-            raise ValueError("tool_choice must be 'auto' or 'required'")
+        if not isinstance(self.tool_choice, str) or not self.tool_choice:
+            raise ValueError("tool_choice must be 'auto', 'required', 'none' or a tool name")
         if "json_schema" in self.sampling or "regex" in self.sampling:
             raise ValueError("the agent sets json_schema itself; do not pass it in sampling")
 

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from agent import prompts
+from agent.examples import Example, render_examples
 from agent.tools import Tool
 
 Tokenize = Callable[[str], list[int]]
@@ -42,9 +43,14 @@ def normalize_document(text: str) -> str:
 
 
 def render_head_text(
-    system: str, tools: Sequence[Tool], documents: Sequence[Document], dead_end: bool
+    system: str,
+    tools: Sequence[Tool],
+    documents: Sequence[Document],
+    dead_end: bool,
+    examples: Sequence[Example] = (),
 ) -> str:
-    """The system message: instructions, the action protocol, tool schemas, documents."""
+    """The system message (instructions, action protocol, tool schemas, documents), then the
+    worked examples as demonstrated turns."""
     content = system.strip()
     if tools:
         content += "\n\n" + prompts.PROTOCOL.format(dead_end=prompts.DEAD_END_LINE if dead_end else "")
@@ -56,7 +62,7 @@ def render_head_text(
         for index, doc in enumerate(documents, start=1):
             title, text = doc if isinstance(doc, tuple) else (f"{index}", doc)
             content += prompts.DOCUMENT.format(index=index, title=title, text=normalize_document(text))
-    return prompts.MESSAGE.format(role="system", content=content)
+    return prompts.MESSAGE.format(role="system", content=content) + render_examples(examples)
 
 
 class PromptLayout:
@@ -73,8 +79,10 @@ class PromptLayout:
         documents: Sequence[Document] = (),
         tokenize: Tokenize | None = None,
         dead_end: bool = False,
+        examples: Sequence[Example] = (),
     ) -> None:
         self._system = system
+        self._examples = tuple(examples)
         self._tools = tuple(tools)
         self._documents = tuple(documents)
         self._dead_end = dead_end
@@ -96,7 +104,11 @@ class PromptLayout:
         return ids[0] if ids and len(ids) == 1 else None
 
     def _head_piece(self, system: str) -> Piece:
-        return self._piece(render_head_text(system, self._tools, self._documents, self._dead_end))
+        return self._piece(render_head_text(system, self._tools, self._documents, self._dead_end, self._examples))
+
+    def system_text(self) -> str:
+        """The system instructions as given (rendered now, for a dynamic head)."""
+        return self._system if isinstance(self._system, str) else self._system()
 
     def head(self) -> Piece:
         if self._head is not None:
@@ -155,7 +167,7 @@ class PromptLayout:
     def clone(self) -> PromptLayout:
         """An independent copy sharing the (immutable) head and pieces: fork branches start here."""
         other = object.__new__(PromptLayout)
-        for name in ("_system", "_tools", "_documents", "_dead_end", "_tokenize", "_head", "_gen", "_im_end"):
+        for name in ("_system", "_examples", "_tools", "_documents", "_dead_end", "_tokenize", "_head", "_gen", "_im_end"):
             setattr(other, name, getattr(self, name))
         other._log = list(self._log)
         return other

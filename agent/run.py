@@ -15,7 +15,9 @@ from typing import Any
 
 from agent import prompts
 from agent.actions import Action, action_schema, parse_action, thought_schema
+from agent.choice import allowed_actions
 from agent.config import AgentConfig
+from agent.constraints import context_numbers
 from agent.errors import ParseError
 from agent.layout import Piece, Prompt, PromptLayout
 from agent.result import Checkpoint, RunResult, Step
@@ -76,8 +78,14 @@ class Run:
         task: str | None,
         branch: int = 0,
         sampling: dict[str, Any] | None = None,
+        tool_choice: str | None = None,
     ) -> None:
         self.ctx, self.layout, self.branch = ctx, layout, branch
+        #: this run's tool_choice (agent/choice.py); `task` lets "auto" see a tool the task names
+        self.tool_choice = tool_choice or ctx.config.tool_choice
+        self.task = task
+        #: JSON schema of the answer string (None: any string); custom policies may narrow it
+        self.answer_schema: dict[str, Any] | None = None
         self.sampling = dict(sampling if sampling is not None else ctx.config.sampling)
         self.steps: list[Step] = []
         self.trace: list[StepRecord] = []
@@ -162,12 +170,20 @@ class Run:
     def _schema(self) -> str:
         calls = [(s.action.tool, s.action.arguments) for s in self.steps
                  if not s.abandoned and s.action is not None and s.action.kind == "tool"]
-        tools_only = self.ctx.config.tool_choice == "required" and not calls
+        allowed = allowed_actions(self.tool_choice, self.task, list(self.ctx.tools), first=not calls)
         # The same call twice in a row learns nothing new: small models loop on it, so the
         # next action must be an answer (or a declared dead end).
-        answer_only = len(calls) >= 2 and calls[-1] == calls[-2]
+        answer_only = not allowed.tools or (len(calls) >= 2 and calls[-1] == calls[-2])
+        numbers = self._numbers() if self.ctx.config.ground_numbers else None
         return action_schema(list(self.ctx.tools.values()), dead_end=self.ctx.config.dead_end,
-                             tools_only=tools_only, answer_only=answer_only)
+                             tools_only=not allowed.answer, answer_only=answer_only,
+                             allowed=allowed.tools, answer=self.answer_schema, numbers=numbers)  # fmt: skip
+
+    def _numbers(self) -> list[int | float]:
+        """Numbers the run has written so far: system text, task, calls and results (not the tool specs)."""
+        head = self.layout.head().text
+        log = self.layout.render(generation_prompt=False).text[len(head) :]
+        return context_numbers(self.layout.system_text() + "\n" + log)
 
     def _call(self, prompt: Prompt, schema: str, step: Step) -> Completion | None:
         params = {**self.sampling, "json_schema": schema}

@@ -12,13 +12,14 @@ import concurrent.futures
 import inspect
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, get_type_hints
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from agent.errors import ToolError
+from agent.examples import Example
 
 
 def canonical_json(value: Any) -> str:
@@ -49,10 +50,13 @@ class Tool:
     args_model: type[BaseModel]
     expected_s: float | None = None
     timeout_s: float | None = None
+    #: worked examples of this tool in use; the agent puts them in its cached head
+    examples: tuple[Example, ...] = ()
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", self.name):
             raise ValueError(f"tool name {self.name!r} must be an identifier")
+        object.__setattr__(self, "examples", tuple(self.examples))
 
     @property
     def is_async(self) -> bool:
@@ -171,8 +175,9 @@ def tool(
     description: str | None = None,
     expected_s: float | None = None,
     timeout_s: float | None = None,
+    examples: Sequence[Example] = (),
 ) -> Any:
-    """Decorator: `@tool` or `@tool(name=..., expected_s=..., timeout_s=...)` -> Tool."""
+    """Decorator: `@tool` or `@tool(name=..., expected_s=..., timeout_s=..., examples=[...])` -> Tool."""
 
     def wrap(func: Callable[..., Any]) -> Tool:
         tool_name = name or func.__name__
@@ -184,6 +189,7 @@ def tool(
             args_model=_args_model(func, tool_name, docs),
             expected_s=expected_s,
             timeout_s=timeout_s,
+            examples=tuple(examples),
         )
 
     return wrap(fn) if fn is not None else wrap

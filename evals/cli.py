@@ -41,6 +41,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--reduced", action="store_true",
                    help="the `make bench` configuration: a few items per suite (--limit overrides)")
+    p.add_argument("--head-sweep", type=int, default=2, metavar="N",
+                   help="questions of the accuracy/TTFT-vs-head-length sweep, run with longdoc (0: off; default 2)")
     p.add_argument("--max-total-tokens", type=int, default=None, help="embedded: KV pool size in tokens")
     p.add_argument("--out", type=Path, default=Path("out/eval"), help="output folder (default out/eval)")
     p.add_argument("--baseline", type=Path, default=None, help="a previous results.json to compare with")
@@ -56,7 +58,7 @@ def config_from(args: argparse.Namespace) -> EvalConfig:
     return EvalConfig(
         suites=args.suite, warmup=base.warmup if args.warmup is None else args.warmup, repeats=args.repeats,
         limit=args.limit, suite_limits=() if args.limit is not None else base.suite_limits, seed=args.seed,
-        concurrency=args.concurrency,
+        concurrency=args.concurrency, head_sweep_questions=args.head_sweep,
     )  # fmt: skip
 
 

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from evals import charts
+from evals import charts, headlen
 from evals.metrics import Regression, RegressionRules, find_regressions, target_checks
 
 ROWS = (  # (key, label, format) of the per-mode table
@@ -99,6 +99,7 @@ def report_markdown(results: dict[str, Any], chart_paths: list[Path], regression
             f"request(s) per mode before measuring (not counted); items per suite: {_limits(cfg)}; concurrency {cfg.get('concurrency')}. Greedy decoding; "
             "TTFT percentiles over every model call; end-to-end = wall time of the whole suite.", ""]
     body = [markdown_section(results, "## Results")]
+    body += headlen.markdown(results.get("head_length") or {})
     body += _resources_md(results.get("resources") or {})
     if baseline is not None:
         body += _regressions_md(regressions or [], baseline)
@@ -162,7 +163,8 @@ def write_outputs(run: Any, out_dir: Path, baseline: str | Path | None = None,
     made = [charts.ttft_per_step(run.runs, out_dir / "ttft_per_step.png"),
             charts.hit_rate_per_step(run.runs, out_dir / "hit_rate_per_step.png"),
             charts.speedup_per_suite(run.results, out_dir / "speedup.png"),
-            charts.resources(run.samples, pool, out_dir / "memory.png")]
+            charts.resources(run.samples, pool, out_dir / "memory.png"),
+            headlen.chart(run.results.get("head_length") or {}, out_dir / "head_length.png")]
     paths = [p for p in made if p is not None]
     text = report_markdown(run.results, paths, regressions, None if baseline is None else str(baseline))
     (out_dir / "report.md").write_text(text)

@@ -36,11 +36,13 @@ class EvalConfig:
     seed: int = 0
     concurrency: int = 1
     sample_interval_s: float = 0.5
+    #: questions of the accuracy/TTFT-vs-head-length sweep (evals/headlen.py), run with longdoc; 0: off
+    head_sweep_questions: int = 2
 
     def __post_init__(self) -> None:
         if not self.suites:
             raise ValueError("no suite selected")
-        if self.warmup < 0 or self.repeats < 1 or self.concurrency < 1:
+        if self.warmup < 0 or self.repeats < 1 or self.concurrency < 1 or self.head_sweep_questions < 0:
             raise ValueError("warmup must be >= 0, repeats and concurrency >= 1")
         limits = [self.limit] if self.limit is not None else []
         if any(n < 1 for n in limits + [n for _, n in self.suite_limits]):
@@ -106,11 +108,14 @@ def run_eval(setup: EvalSetup, config: EvalConfig, listener: Listener | None = N
                     listener.phase(name, mode, repeat)
                     runs.append(_run_mode(setup, recorders[mode], name, mode, repeat, config, sampler))
                     listener.done(runs[-1])
+        sweep = _head_sweep(setup, config, sampler)
     except KeyboardInterrupt:
-        partial = True
+        partial, sweep = True, None
         _keep_interrupted(runs, recorders, sampler.phase)
     samples = sampler.stop()
     results = build_results(setup, config, runs, partial, time.perf_counter() - started)
+    if sweep is not None:
+        results["head_length"] = sweep
     results["interrupted"] = partial
     results["resources"] = summarize(samples, sampler.pool_capacity_bytes)
     return EvalRun(results=results, runs=runs, samples=samples)
@@ -143,6 +148,23 @@ def _run_mode(setup: EvalSetup, recorder: RecordingBackend, name: str, mode: str
         error = f"{type(exc).__name__}: {exc}"
     sampler.phase = "idle"
     return ModeRun(name, mode, repeat, recorder.calls, outcome, time.perf_counter() - started, error)
+
+
+def _head_sweep(setup: EvalSetup, config: EvalConfig, sampler: ResourceSampler) -> dict[str, Any] | None:
+    """Accuracy and TTFT vs head length (evals/headlen.py), with the longdoc suite; None when off."""
+    if "longdoc" not in config.suites or config.head_sweep_questions == 0:
+        return None
+    from evals.headlen import SweepConfig, run_head_sweep
+
+    sampler.phase = "head-length"
+    try:
+        return run_head_sweep(setup, SweepConfig(questions=config.head_sweep_questions))
+    except KeyboardInterrupt:
+        raise
+    except Exception as exc:  # the sweep is an extra: its failure must not lose the suites
+        return {"error": f"{type(exc).__name__}: {exc}", "rows": []}
+    finally:
+        sampler.phase = "idle"
 
 
 def _keep_interrupted(runs: list[ModeRun], recorders: dict[str, RecordingBackend], phase: str) -> None:

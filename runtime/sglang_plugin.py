@@ -102,12 +102,20 @@ def register() -> None:
             choices.add_radix_eviction_policy_choices([POLICY_NAME])
 
 
+COMPACT_JSON = "--constrained-json-disable-any-whitespace"
+
+
 def launch_command(argv: Sequence[str], python: str = sys.executable) -> list[str]:
     args = list(argv)
     if args[:1] == ["--"]:
         args = args[1:]
     if not any(a == "--radix-eviction-policy" or a.startswith("--radix-eviction-policy=") for a in args):
         args = ["--radix-eviction-policy", POLICY_NAME, *args]
+    if COMPACT_JSON not in args:
+        # SGLang's JSON grammars admit any whitespace by default; a small model then pads its
+        # tool calls with spaces and newlines until max_new_tokens and no JSON ever closes. The
+        # embedded engine's grammars are compact: same constraint, same outputs on both backends.
+        args.append(COMPACT_JSON)
     return [python, "-m", "sglang.launch_server", *args]
 
 
@@ -121,7 +129,8 @@ def main(argv: list[str]) -> int:
     if argv[:1] in (["-h"], ["--help"]):
         print("usage: radixagent launch-sglang -- <sglang.launch_server args>\n"
               "Starts `python -m sglang.launch_server --radix-eviction-policy session ...` with "
-              "SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND=python (needs sglang installed).")
+              "SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND=python and compact JSON grammars "
+              "(--constrained-json-disable-any-whitespace; needs sglang installed).")
         return 0
     env = dict(os.environ, SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND="python")
     cmd = launch_command(argv)

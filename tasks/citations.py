@@ -25,13 +25,15 @@ _REFS = re.compile(r"\(?\[?\s*(?:lines?\s*)?\bL\d+(?:\s*[-\u2013,]\s*L?\d+)*\s*\
 @dataclass(frozen=True, slots=True)
 class Verdict:
     """`ok`: supported. `citations`: the supporting lines (1-based). `cited_by`: "model" when the
-    model's own citations held, "verifier" when the lines were found by grounding, None when rejected."""
+    model's own citations held, "verifier" when the lines were found by grounding, "evidence" when the
+    answer is a span of a search result, None when rejected."""
 
     ok: bool
     reason: str
     claim: str
     citations: tuple[int, ...] = ()
     cited_by: str | None = None
+    paragraphs: tuple[int, ...] = ()  # paragraph ids ("[Pn]") of the evidence, where known
 
 
 def strip_refs(answer: str) -> str:

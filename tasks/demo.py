@@ -128,7 +128,8 @@ def main(argv: list[str]) -> int:
     for result in sorted(report.results, key=lambda r: r.row["id"]):
         row = result.row
         mark = {True: "[green]correct[/]", False: "[red]wrong[/]"}.get(row.get("correct"), "")
-        console.print(f"  {row['id']}: {row['answer']!r} cites {row['citations']} {mark}")
+        cites = [f"P{n}" for n in row.get("paragraphs") or []] or [f"L{n}" for n in row["citations"]]
+        console.print(f"  {row['id']}: {row['answer']!r} cites {', '.join(cites) or '-'} {mark}")
     console.print(final_table(report))
     console.print(f"trace: {out}/trace.jsonl  (radixagent trace {out}/trace.jsonl)")
     return 130 if report.interrupted else 0

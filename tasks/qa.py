@@ -1,12 +1,18 @@
-"""Long-document QA: one byte-stable head (system + numbered document) shared by every question.
+"""Long-document QA: one byte-stable head (system + paragraph-numbered document + worked examples)
+shared by every question.
 
-Flow of `run_qa`: build the agent (tools: `search_document`) whose head embeds the numbered document;
-check that it fits the context; prefill the head once (the leader request, max_new_tokens=0); then fan
-the questions out as branches of that run, each extending the head. A question's task is the bare
-question: the model answers from the document in context (or searches it first), the `verify` callback
-checks the answer against the lines it cites (or grounds it on the lines that support it) and
-rejects it otherwise, which rolls the branch back with a note. One answers.jsonl line per question,
-written and flushed as it is answered, so an interrupted run keeps what it answered.
+Flow of `run_qa`: build the agent (tool: `search_document`) whose head embeds the document (each
+paragraph after its id, "[P3] ...") and the worked examples (demonstrated search-then-answer turns,
+tasks/prompts.py); check that it fits the context; prefill the head once (the leader request,
+max_new_tokens=0); then fan the questions out as branches of that run, each extending the head.
+Per question: the first action is a search (tool_choice="required"; the query may not be empty or
+the tool's name), which returns the best sentences with their paragraph ids (tasks/passages.py);
+the answer is then constrained to a verbatim span of those sentences or "not found", checked by the
+`verify` callback against its paragraph (a rejection rolls the branch back once with a note), and
+the last allowed call may only answer, so every question ends with an answer or an explicit "not
+found". The accepted span is widened to the whole answering phrase of its sentence
+(`passages.expand_answer`). One answers.jsonl line per question, written and flushed as it is answered, so an
+interrupted run keeps what it answered.
 
 CLI: `radixagent qa --doc FILE --questions FILE [--backend embedded|URL] [--no-cache]
 [--concurrency N] [--out DIR]` (see `main`; the summary table lives in tasks/qa_report.py).
@@ -24,12 +30,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent import Agent, Run, Step, StepRecord, Tool, tool
+from agent import Agent, Example, Run, Step, StepRecord, Tool, tool
+from agent.constraints import span_pattern
 from runtime.backends.base import Backend, Completion
 from runtime.errors import RadixAgentError
 from tasks import documents, prompts
 from tasks.citations import Verdict, check_answer
-from tasks.documents import Document
+from tasks.documents import Document, search_terms
+from tasks.passages import Sentence, SentenceIndex, expand_answer, number_paragraphs, sentence_of
 from tasks.questions import Question
 from tasks.runner import GREEDY, JsonlSink, context_limit, count_tokens, progress_bar
 from tasks.scoring import score_answer
@@ -37,6 +45,7 @@ from tasks.scoring import score_answer
 #: tokens the context must leave beside the head: question, passages, answer, one rollback note
 QA_ROOM = 640
 QA_MAX_STEPS = 4
+SEARCH = "search_document"
 QA_MAX_NEW_TOKENS = 96
 ANSWER_OPEN = '{"answer":"'  # how a compact answer action starts (the grammar allows no whitespace)
 
@@ -68,35 +77,43 @@ class QAReport:
         return head + [r for res in self.results for r in res.records]
 
 
-def search_tool(doc: Document, question: str = "") -> Tool:
-    """`search_document(query)`: the best passages of the document, lines numbered.
-
-    The question being answered is searched for together with the query: a weak model's query is
-    often just a word or two (or the tool's own name). The tool's spec does not depend on it, so
-    every question's prompt head stays identical.
-    """
+def search_tool(doc: Document, question: str = "", evidence: list[Sentence] | None = None) -> Tool:
+    """`search_document(query)`: the best matching sentences of the document, each after its
+    paragraph id ("[P4] ..."), searched for together with `question` (tasks/passages.py defines
+    odd queries). Sentences returned are appended to `evidence`. The tool's spec does not depend
+    on either, so every question's prompt head stays identical."""
+    index = SentenceIndex(doc)
 
     def search_document(query: str) -> str:
-        """Search the document for words; returns the best matching passages with their line numbers.
+        """Search the document; returns the sentences that best match, each after its paragraph id.
 
         Args:
-            query: words to look for, e.g. the key words of the question
+            query: the key words of the question, e.g. "night train Vienna leave"
         """
-        passages = documents.search_document(doc.text, f"{query} {question}".strip(), k=2)
-        return prompts.PASSAGE_SEPARATOR.join(p.text for p in passages) or prompts.NO_PASSAGES
+        found = index.search(query, question)
+        if evidence is not None:
+            evidence.extend(s for s in found if s not in evidence)
+        return "\n".join(s.render() for s in found) or prompts.QA_NO_MATCH
 
-    return tool(search_document, description=prompts.SEARCH_TOOL_DOC)
+    return tool(search_document, description=prompts.QA_SEARCH_DOC)
+
+
+def qa_examples(count: int | None = None) -> list[Example]:
+    """The first `count` (default all) worked examples of the QA head."""
+    rows = prompts.QA_EXAMPLES if count is None else prompts.QA_EXAMPLES[:count]
+    return [Example(q, answer, ((SEARCH, {"query": query}, obs),)) for q, query, obs, answer in rows]
 
 
 def build_agent(backend: Backend, doc: Document, *, max_steps: int = QA_MAX_STEPS,
-                trace_path: Path | None = None) -> Agent:  # fmt: skip
-    """The QA agent: its head (system + tool + numbered document) is the same for every question."""
+                trace_path: Path | None = None, examples: int | None = None) -> Agent:  # fmt: skip
+    """The QA agent: its head (system + tool + numbered document + worked examples) is the same
+    for every question; the first action of every question is a search (tool_choice="required")."""
     title = prompts.DOCUMENT_TITLE.format(name=Path(doc.path).name)
     return Agent(
-        backend, system=prompts.QA_SYSTEM, tools=[search_tool(doc)],
-        documents=[(title, documents.number_lines(doc.text))], max_steps=max_steps, reflect=False,
-        dead_end=False, max_backtracks=2, trace_path=trace_path,
-        sampling={**GREEDY, "max_new_tokens": QA_MAX_NEW_TOKENS},
+        backend, system=prompts.QA_AGENT_SYSTEM, tools=[search_tool(doc)],
+        documents=[(title, number_paragraphs(doc.text))], max_steps=max_steps, reflect=False,
+        dead_end=False, max_backtracks=1, trace_path=trace_path, tool_choice="required",
+        sampling={**GREEDY, "max_new_tokens": QA_MAX_NEW_TOKENS}, examples=qa_examples(examples),
     )  # fmt: skip
 
 
@@ -128,14 +145,19 @@ def check_head_fits(backend: Backend, doc: Document, leader: Run) -> None:
 
 def answer_question(leader: Run, branch: int, doc: Document, question: Question,
                     on_step: OnStep | None = None) -> QAResult:  # fmt: skip
-    """Run one question as branch `branch` of the leader's run (it extends the prefilled head)."""
+    """Run one question as branch `branch` of the leader's run (it extends the prefilled head).
+
+    A custom policy over `Run.step`: after each search, the answer is constrained to a verbatim
+    span of the sentences found so far (or "not found"); the last step may only answer.
+    """
     verdicts: list[Verdict] = []
+    evidence: list[Sentence] = []
 
     def verify(answer: str) -> tuple[bool, str]:
-        verdicts.append(check_answer(doc, question.question, answer))
+        verdicts.append(judge(doc, question.question, answer, evidence))
         return verdicts[-1].ok, verdicts[-1].reason
 
-    tools = {**leader.ctx.tools, "search_document": search_tool(doc, question.question)}  # same spec
+    tools = {**leader.ctx.tools, SEARCH: search_tool(doc, question.question, evidence)}  # same spec
     ctx = dataclasses.replace(leader.ctx, verify=verify, tools=tools)
     layout = leader.layout.clone()
     layout.truncate(0)
@@ -144,7 +166,11 @@ def answer_question(leader: Run, branch: int, doc: Document, question: Question,
     run = Run(ctx, layout, task_text(question.question), branch=branch)
     started = time.perf_counter()
     while not run.done:
+        if len(run.steps) >= ctx.config.max_steps - 1:
+            run.tool_choice = "none"  # the last call answers: never end without an answer
         step = run.step()
+        if step.tool is not None and evidence:
+            run.answer_schema = answer_schema(evidence, question.question)
         if on_step is not None:
             on_step(question, step)
         cut = salvage_answer(step)
@@ -152,8 +178,42 @@ def answer_question(leader: Run, branch: int, doc: Document, question: Question,
             # A custom-policy move: the answer ran past max_new_tokens (so its JSON never closed) but
             # its complete sentences verify; accept them rather than ask again (greedy would repeat).
             run.answer, run.verified, run.status = cut, True, "answered"
+    source = sentence_of(run.answer, evidence) if run.answer else None
+    if source is not None:  # answer extraction: the model's span, widened to its whole phrase
+        run.answer = expand_answer(run.answer or "", source, question.question)
     row = answer_row(question, run, verdicts, time.perf_counter() - started)
     return QAResult(row, list(run.trace), run.status)
+
+
+#: evidence holding this fraction of the question's content words is about the question: "not found"
+#: is then no longer an allowed answer (a small model otherwise takes that exit on easy questions)
+COVERED = 0.5
+
+
+def answer_schema(evidence: Sequence[Sentence], question: str) -> dict[str, Any]:
+    """An answer is a verbatim span of the evidence sentences, or "not found" while the evidence
+    does not cover the question."""
+    asked = set(search_terms(question))
+    seen = {t for s in evidence for t in search_terms(s.text)}
+    covered = bool(asked) and len(asked & seen) >= COVERED * len(asked)
+    extra = [] if covered else [prompts.QA_NOT_FOUND]
+    return {"type": "string", "pattern": span_pattern([s.text for s in evidence], extra=extra)}
+
+
+def judge(doc: Document, question: str, answer: str, evidence: Sequence[Sentence]) -> Verdict:
+    """"not found" stands; a span of the evidence is checked against its sentence's paragraph and
+    the paragraphs of the rest of the evidence (a two-hop chain); anything else as written."""
+    if answer.strip().lower() == prompts.QA_NOT_FOUND:
+        return Verdict(True, "the document does not say", answer)
+    source = sentence_of(answer, list(evidence))
+    if source is None:
+        return check_answer(doc, question, answer)
+    chain = [source, *(s for s in evidence if s is not source)]
+    refs = ", ".join(f"L{s.first_line}-L{s.last_line}" for s in chain)
+    verdict = check_answer(doc, question, f"{answer} ({refs})")
+    if verdict.ok:
+        return dataclasses.replace(verdict, paragraphs=(source.paragraph,), cited_by="evidence")
+    return verdict
 
 
 def salvage_answer(step: Step) -> str | None:
@@ -180,8 +240,11 @@ def answer_row(question: Question, run: Run, verdicts: list[Verdict], latency_s:
     row: dict[str, Any] = {
         "id": question.id, "question": question.question, "answer": answer,
         "citations": list(final.citations) if final else [], "cited_by": final.cited_by if final else None,
+        "paragraphs": list(final.paragraphs) if final else [],
         "status": run.status, "verified": run.verified, "steps": len(run.trace),
     }  # fmt: skip
+    if answer is None:
+        row["answer"] = answer = prompts.QA_NOT_FOUND  # explicit, never a silent gap
     if question.answer is not None:
         score = score_answer(answer or "", question.answer)
         row.update(gold=question.answer, correct=bool(score.contains), exact=score.exact,
@@ -205,9 +268,11 @@ def run_qa(
     max_steps: int = QA_MAX_STEPS,
     on_step: OnStep | None = None,
     on_prefill: Callable[[StepRecord], None] | None = None,
+    examples: int | None = None,
 ) -> QAReport:
     """Answer `questions` about `doc` on `backend`; see the module docstring.
 
+    `examples`: how many of the worked examples go into the head (default all).
     Raises TaskInputError when the document does not fit the context. Ctrl-C stops the run: the
     report (and answers.jsonl) keeps the questions answered so far and says `interrupted`.
     """
@@ -215,7 +280,7 @@ def run_qa(
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
     out = Path(out_dir) if out_dir is not None else None
     trace_path = _fresh(out / "trace.jsonl") if out is not None else None
-    agent = build_agent(backend, doc, max_steps=max_steps, trace_path=trace_path)
+    agent = build_agent(backend, doc, max_steps=max_steps, trace_path=trace_path, examples=examples)
     leader = agent.start("", session_id=f"qa-{uuid.uuid4().hex[:12]}")
     report, started = QAReport(doc=doc.path), time.perf_counter()
     sink = JsonlSink(out / "answers.jsonl") if out is not None else None

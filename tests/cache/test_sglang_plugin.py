@@ -9,9 +9,10 @@ from runtime import sglang_plugin
 def test_imports_without_sglang_and_builds_launch_command() -> None:
     cmd = sglang_plugin.launch_command(["--", "--model-path", "m", "--port", "1"], python="py")
     assert cmd == ["py", "-m", "sglang.launch_server", "--radix-eviction-policy", "session", "--model-path", "m",
-                   "--port", "1"]
+                   "--port", "1", "--constrained-json-disable-any-whitespace"]
     keep = sglang_plugin.launch_command(["--radix-eviction-policy=lru"], python="py")
-    assert keep == ["py", "-m", "sglang.launch_server", "--radix-eviction-policy=lru"]
+    assert keep == ["py", "-m", "sglang.launch_server", "--radix-eviction-policy=lru",
+                    "--constrained-json-disable-any-whitespace"]
 
 
 def test_register_against_fake_sglang(monkeypatch) -> None:

@@ -62,11 +62,14 @@ QUESTIONS = [
 
 
 def _answers(prompt: str) -> str:
+    """Search first; then copy the answer from the observation (wrong once for Maria's key)."""
     last = prompt.rsplit("<|im_start|>user\n", 1)[-1]
-    if "green door" in last:
-        return '{"answer":"The secret code of the green door is 5120 (L2)"}'
-    if "rejected" in last:  # after the rollback note: the right answer
-        return '{"answer":"Maria hid the spare key under the stone frog"}'
+    if not last.startswith("Observation"):
+        return '{"tool":"search_document","arguments":{"query":"key words"}}'
+    if "5120" in last:
+        return '{"answer":"5120"}'
+    if "A previous attempt" in prompt:  # after the rollback note: the right answer
+        return '{"answer":"under the stone frog by the well"}'
     return '{"answer":"The moon is made of cheese"}'
 
 
@@ -83,11 +86,11 @@ def test_verifier_accepts_cited_and_grounds_uncited(tmp_path: Path) -> None:
 
 def test_run_qa_writes_answers_and_trace_and_backtracks(tmp_path: Path) -> None:
     backend = ScriptedBackend(_answers)
-    report = run_qa(backend, _doc(tmp_path), QUESTIONS, out_dir=tmp_path / "out", max_steps=3)
+    report = run_qa(backend, _doc(tmp_path), QUESTIONS, out_dir=tmp_path / "out", max_steps=4)
     rows = [json.loads(line) for line in (tmp_path / "out" / "answers.jsonl").read_text().splitlines()]
     assert [r["id"] for r in rows] == ["q1", "q2"]
-    assert rows[0]["correct"] is True and rows[0]["citations"] == [2] and rows[0]["cited_by"] == "model"
-    assert rows[1]["correct"] is True and rows[1]["steps"] == 2  # rejected once, rolled back, answered
+    assert rows[0]["correct"] is True and rows[0]["paragraphs"] == [1] and rows[0]["cited_by"] == "evidence"
+    assert rows[1]["correct"] is True and rows[1]["steps"] == 4  # rejected once, rolled back, answered
     for key in (
         "question",
         "answer",
@@ -102,7 +105,9 @@ def test_run_qa_writes_answers_and_trace_and_backtracks(tmp_path: Path) -> None:
         assert key in rows[0]
     trace = [json.loads(line) for line in (tmp_path / "out" / "trace.jsonl").read_text().splitlines()]
     assert trace[0]["kind"] == "fork" and trace[0]["completion_tokens"] == 0  # the head's prefill, first
-    assert [t["kind"] for t in trace[1:]] == ["answer", "answer", "backtrack"]
+    assert [t["kind"] for t in trace[1:]] == ["act", "answer", "act", "answer", "backtrack", "answer"]
+    searches = [t["tool"] for t in trace if t["tool"]]
+    assert searches[0]["result"].startswith("[P1] The secret code of the green door is 5120.")
     assert all(t["prefix_break"] is None for t in trace)
     assert backend.calls[0]["params"]["max_new_tokens"] == 0
     head = backend.calls[0]["prompt"]

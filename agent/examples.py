@@ -1,0 +1,83 @@
+"""Worked examples: whole demonstrated runs (task, tool calls with results, answer) in the head.
+
+They are rendered as real ChatML turns, in exactly the format of a live run (the same templates,
+the same compact JSON the grammar produces), after the system message. The head stays a pure
+function of the agent's configuration, so every example is prefilled once and then served by the
+prefix cache: a long many-shot head costs nothing per question after the first call.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from agent import prompts
+
+
+@dataclass(frozen=True, slots=True)
+class ExampleCall:
+    """One demonstrated tool call and the result the tool returned."""
+
+    tool: str
+    arguments: Mapping[str, Any]
+    result: str
+
+
+@dataclass(frozen=True, slots=True)
+class Example:
+    """A demonstrated run: `task`, then `calls` in order, then the final `answer`.
+
+    `calls` may be given as (tool, arguments, result) tuples.
+    """
+
+    task: str
+    answer: str
+    calls: tuple[ExampleCall, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        calls = tuple(c if isinstance(c, ExampleCall) else ExampleCall(*c) for c in self.calls)
+        object.__setattr__(self, "calls", calls)
+        if not self.task.strip() or not self.answer.strip():
+            raise ValueError("an example needs a task and an answer")
+
+    @property
+    def tools(self) -> set[str]:
+        return {c.tool for c in self.calls}
+
+
+def _compact(value: Any) -> str:
+    # The grammar emits compact JSON in schema order: the example must look exactly like that.
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def call_json(tool: str, arguments: Mapping[str, Any]) -> str:
+    return _compact({"tool": tool, "arguments": dict(arguments)})
+
+
+def answer_json(answer: str) -> str:
+    return _compact({"answer": answer})
+
+
+def render_example(example: Example) -> str:
+    """The example's ChatML turns (user task, assistant call, user observation, ..., answer)."""
+    turns = [prompts.MESSAGE.format(role="user", content=prompts.TASK.format(task=example.task))]
+    for index, call in enumerate(example.calls):
+        turns.append(prompts.MESSAGE.format(role="assistant", content=call_json(call.tool, call.arguments)))
+        observation = prompts.OBSERVATION.format(call_id=f"call_{index}", content=call.result)
+        turns.append(prompts.MESSAGE.format(role="user", content=observation))
+    turns.append(prompts.MESSAGE.format(role="assistant", content=answer_json(example.answer)))
+    return "".join(turns)
+
+
+def render_examples(examples: Sequence[Example]) -> str:
+    return "".join(render_example(e) for e in examples)
+
+
+def check_examples(examples: Sequence[Example], tool_names: Sequence[str]) -> None:
+    """ValueError when an example calls a tool the agent does not have (it would teach a bad call)."""
+    for example in examples:
+        unknown = sorted(example.tools - set(tool_names))
+        if unknown:
+            raise ValueError(f"example {example.task[:40]!r} calls unknown tool(s) {unknown}")

@@ -1,0 +1,65 @@
+"""The accuracy/TTFT-vs-head-length sweep on a scripted backend: rows, report section, chart."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from evals.backends import EvalSetup
+from evals.headlen import SweepConfig, chart, markdown, run_head_sweep
+from runtime.backends.base import Backend, Completion
+from runtime.errors import BackendError
+
+
+class Scripted(Backend):
+    """Searches, then copies the first observed sentence's last word; TTFT ~ uncached tokens."""
+
+    name = "scripted"
+
+    def __init__(self) -> None:
+        self.calls: list[dict[str, Any]] = []
+        self.flushes = 0
+
+    def generate(self, prompt=None, input_ids=None, sampling_params=None, **kwargs: Any) -> Completion:
+        params = dict(sampling_params or {})
+        self.calls.append({"params": params, **kwargs})
+        text = prompt or ""
+        tokens = len(text) // 4
+        cached = 0 if kwargs.get("prefix_cache") is False else max(tokens - 40, 0)
+        last = text.rsplit("<|im_start|>user\n", 1)[-1]
+        if params.get("max_new_tokens") == 0:
+            out = ""
+        elif last.startswith("Observation"):
+            out = '{"answer":"' + last.split("] ", 1)[1].split(".")[0].split()[-1] + '"}'
+        else:
+            out = '{"tool":"search_document","arguments":{"query":"code door"}}'
+        ttft = 1e-4 * (tokens - cached + 1)
+        return Completion(out, [], tokens, cached, len(out) // 4, "stop", ttft, ttft * 2)
+
+    def tokenize(self, text: str) -> list[int]:
+        raise BackendError("no tokenizer")
+
+    def flush_cache(self) -> bool:
+        self.flushes += 1
+        return True
+
+
+def test_sweep_rows_grow_the_head_and_keep_cached_ttft_flat(tmp_path: Path) -> None:
+    backend = Scripted()
+    setup = EvalSetup("scripted", "m", "machine", "flag", cached=backend, uncached=backend)
+    sweep = run_head_sweep(setup, SweepConfig(counts=(0, 2, 8), questions=2))
+    rows = sweep["rows"]
+    assert [r["examples"] for r in rows] == [0, 2, 8] and sweep["questions"] == 2
+    heads = [r["head_tokens"] for r in rows]
+    assert heads[0] < heads[1] < heads[2]
+    uncached = [r["uncached"]["ttft_p50_s"] for r in rows]
+    cached = [r["cached"]["ttft_p50_s"] for r in rows]
+    assert uncached[0] < uncached[1] < uncached[2]  # every example is prefilled again, every call
+    assert max(cached) < uncached[0] and cached[2] <= 2 * cached[0]  # cached: flat
+    assert all(r["cached"]["accuracy"] == r["uncached"]["accuracy"] for r in rows)
+    assert backend.flushes == 3  # each cached pass starts cold
+    assert any(c.get("prefix_cache") is False for c in backend.calls)
+    text = "\n".join(markdown(sweep))
+    assert "head length" in text and text.count("\n| ") >= 4
+    assert chart(sweep, tmp_path / "head_length.png").exists()
+    assert markdown({}) == [] and chart({}, tmp_path / "none.png") is None
