@@ -458,8 +458,9 @@ class Scheduler:
         return None
 
     def _detok(self, ids: list[int], params: SamplingParams) -> str:
-        return self.tokenizer.decode(ids, skip_special_tokens=params.skip_special_tokens,
-                                     spaces_between_special_tokens=params.spaces_between_special_tokens)
+        # only a non-default value is passed: minimal tokenizers' decode takes no such keyword
+        extra = {} if params.spaces_between_special_tokens else {"spaces_between_special_tokens": False}
+        return self.tokenizer.decode(ids, skip_special_tokens=params.skip_special_tokens, **extra)
 
     def _finish(self, req: Request, reason: dict) -> None:
         req.finish_reason = reason

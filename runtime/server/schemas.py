@@ -116,6 +116,15 @@ class SamplingParamsIn(BaseModel):
         return params
 
 
+#: fields SGLang's routers (smg, sglang-router) put on every /generate they forward, at SGLang's
+#: defaults: at exactly these values they ask for what this server does anyway, so they are taken
+#: (and dropped); any other value stays an unknown field, i.e. a 400 naming it (docs/compat.md).
+ROUTER_DEFAULTS: dict[str, object] = {
+    "log_metrics": True, "background": False, "no_logs": False, "return_bytes": False,
+    "return_entropy": False, "return_hidden_states": False,
+}  # fmt: skip
+
+
 class GenerateRequest(_Request):
     """POST /generate (SGLang native)."""
 
@@ -135,6 +144,16 @@ class GenerateRequest(_Request):
     logprob_start_len: int | list[int] | None = None
     top_logprobs_num: int | list[int] | None = None
     return_text_in_logprobs: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _router_defaults(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        taken = [k for k, v in ROUTER_DEFAULTS.items() if k in data and data[k] is v]
+        if isinstance(data.get("model"), str):  # smg names the served model; one model is served here
+            taken.append("model")
+        return {k: v for k, v in data.items() if k not in taken} if taken else data
 
     def sampling_dicts(self) -> dict[str, Any] | list[dict[str, Any]]:
         if isinstance(self.sampling_params, list):

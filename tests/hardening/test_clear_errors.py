@@ -77,9 +77,10 @@ def test_deep_nesting_in_messages_is_a_400(client: httpx.Client) -> None:
     generate = {"text": "hi", "session_params": deep(200), "sampling_params": {"max_new_tokens": 1}}
     assert "session_params" in _message(client, "/generate", generate)
     assert "nested too deeply" in _message(client, CHAT, raw=b"[" * 100_000 + b"]" * 100_000)
-    ok = _chat(
-        {**user, "extra": deep(20)}, {"role": "assistant", "content": "", "tool_calls": [deep(20)]}, user
-    )
+    schema: dict = {"type": "string"}
+    for _ in range(12):  # a legitimately nested schema: ~30 levels of request JSON
+        schema = {"type": "object", "properties": {"a": schema}}
+    ok = _chat(user, response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": schema}})
     assert client.post(CHAT, json=ok).status_code == 200  # moderate nesting is served
 
 

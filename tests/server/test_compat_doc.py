@@ -179,3 +179,14 @@ def test_endpoint_table_matches_the_routes(server) -> None:
         for endpoint, status in ENDPOINTS.items():
             if status == "not served":
                 assert client.post(endpoint).status_code == 404, endpoint
+
+
+def test_router_defaults_are_taken_and_other_values_refused(server) -> None:
+    """smg / sglang-router forward /generate with SGLang's defaults for these fields."""
+    body = {"text": "hi", "sampling_params": {"max_new_tokens": 1}, "model": "default",
+            **schemas.ROUTER_DEFAULTS}  # fmt: skip
+    with httpx.Client(base_url=server.url, timeout=60) as client:
+        assert client.post("/generate", json=body).status_code == 200
+        for field, value in schemas.ROUTER_DEFAULTS.items():
+            r = client.post("/generate", json={**body, field: not value})
+            assert r.status_code == 400 and field in r.json()["error"]["message"], field
