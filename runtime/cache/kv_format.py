@@ -87,13 +87,18 @@ class KVFormat:
         per_head = head_dim * torch.empty(0, dtype=self.storage).element_size() + (4 if self.scaled else 0)
         return 2 * layers * kv_heads * per_head
 
-    def alloc(self, layers: int, kv_heads: int, size: int, head_dim: int, device: str,
-              zeros: bool = False) -> tuple[torch.Tensor, ...]:
+    def alloc(
+        self, layers: int, kv_heads: int, size: int, head_dim: int, device: str, zeros: bool = False
+    ) -> tuple[torch.Tensor, ...]:
         make = torch.zeros if zeros else torch.empty
-        data = tuple(make((layers, kv_heads, size, head_dim), dtype=self.storage, device=device) for _ in "kv")
+        data = tuple(
+            make((layers, kv_heads, size, head_dim), dtype=self.storage, device=device) for _ in "kv"
+        )
         if not self.scaled:
             return data
-        return data + tuple(make((layers, kv_heads, size, 1), dtype=torch.float32, device=device) for _ in "kv")
+        return data + tuple(
+            make((layers, kv_heads, size, 1), dtype=torch.float32, device=device) for _ in "kv"
+        )
 
     def store(self, dst: tuple[torch.Tensor, ...], k: torch.Tensor, v: torch.Tensor) -> None:
         """Writes new tokens' K and V ([kv_heads, n, head_dim] each) into one layer's planes

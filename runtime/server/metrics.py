@@ -30,6 +30,7 @@ _GAUGES = (
     ("bytes_in_use", "cache_bytes_in_use", "KV pool bytes held."),
     ("pool_capacity_tokens", "pool_capacity_tokens", "KV pool capacity in tokens."),
     ("pool_capacity_bytes", "pool_capacity_bytes", "KV pool capacity in bytes."),
+    ("kv_bytes_per_token", "kv_bytes_per_token", "KV pool bytes per cached token (follows --kv-cache-dtype)."),
     ("match_time_mean_s", "match_time_seconds", "Mean radix-tree prefix match time."),
     ("queue_depth", "queue_depth", "Requests waiting in the engine queue."),
     ("running", "num_running_reqs", "Requests being decoded."),
@@ -51,6 +52,10 @@ class EngineStatsCollector(Collector):
         for key, name, doc in _GAUGES:
             if key in stats:
                 yield GaugeMetricFamily(P + name, doc, value=float(stats[key] or 0))
+        if "kv_cache_dtype" in stats:
+            info = GaugeMetricFamily(P + "kv_cache_dtype_info", "How K/V is stored.", labels=["kv_cache_dtype"])
+            info.add_metric([str(stats["kv_cache_dtype"])], 1.0)
+            yield info
 
 
 class ServerMetrics:
