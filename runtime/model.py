@@ -162,8 +162,9 @@ class LlamaModel:
                  torchao_config: str | None = None) -> None:
         self.cfg, self.dtype, self.device = cfg, dtype, device
         self.torchao_config = torchao_config
-        # CPU attention kernels are ~8x slower in bf16/fp16 than in fp32 (measured), and the KV of a
-        # 135M model is small: on the CPU, K/V and attention stay fp32 whatever the weights are.
+        # CPU attention kernels are 4-15x slower in bf16/fp16 than in fp32 (evals/kv_attention.py):
+        # on the CPU attention runs in fp32 whatever the weights are. How K/V is *stored* is the
+        # engine's kv_cache_dtype (each SeqKV's format); stored otherwise, it is converted per layer.
         self.kv_dtype = torch.float32 if device == "cpu" else dtype
         fmt = WeightFormat(dtype, device, torchao_config)
 
