@@ -163,6 +163,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reps", type=int, default=15)
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--json", default=None, help="also write the results here")
+    p.add_argument(
+        "--md", default=None, help="also write a markdown report here (docs/benchmarks-kv-attention.md)"
+    )
     args = p.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -175,7 +178,36 @@ def main(argv: list[str] | None = None) -> int:
             json.dump(
                 {"threads": torch.get_num_threads(), "loadavg": load, "ms_per_step": results}, fh, indent=2
             )
+    if args.md:
+        with open(args.md, "w") as fh:
+            fh.write(markdown(results, torch.get_num_threads(), load, args.reps))
     return 0
+
+
+def markdown(results: dict[str, dict[str, float]], threads: int, load: float, reps: int) -> str:
+    ctx = [c for c in results if not c.endswith("median")]
+
+    def span(name: str) -> str:
+        return "/".join(f"{results[c]['float32 direct'] / results[c][name]:.2f}x" for c in ctx)
+
+    summary = (
+        f"decode attention over {'/'.join(ctx)} tokens of context (30 layers) vs float32 SDPA: reading bf16 "
+        f"directly (SDPA in bf16) {span('bfloat16 direct')}, converting per layer into a float32 scratch "
+        f"{span('bfloat16 convert')}; int8 converted {span('int8 convert')}; fp8_e4m3 converted "
+        f"{span('fp8_e4m3 convert')}: the engine converts (bf16/fp16/int8) and refuses fp8."
+    )
+    return "\n".join([
+        "# KV formats: read directly or convert per step (`python -m evals.kv_attention`)", "",
+        f"Command: `python -m evals.kv_attention --threads {threads} --reps {reps} --md "
+        f"docs/benchmarks-kv-attention.md`; 1-minute load average {load:.1f} on 2 cores (a shared machine: "
+        "the fastest of the interleaved reps is reported; compare ratios within a column).", "",
+        f"Summary: {summary}", "", *render(results), "",
+        "Each variant reads one decode step's K/V for the bundled model's shape (9 query heads over 3 KV "
+        "heads, head dim 64) from 30 distinct layers. `convert` is the engine's path "
+        "(runtime/cache/kv_format.py: KVFormat.load, then float32 SDPA); `grouped` and `manual` are "
+        "alternatives to SDPA for one query token; `folded` applies the int8 scales to scores and "
+        "probabilities instead of to K/V.", "",
+    ])  # fmt: skip
 
 
 if __name__ == "__main__":
