@@ -1,10 +1,13 @@
 """`make bench`: the engine's measured numbers, with peers, in one run.
 
-Sections (all measured in the same process and run, ratios first in the report):
+Sections (all measured in the same process and run, ratios first in the report; `--only kv`
+measures the KV cache dtype section alone and merges it into the last run's results):
   prefix reuse   a ~2k-token document + short question: TTFT cold vs with the document cached
   throughput     1 / 4 / 16 concurrent sessions: aggregate decode tok/s, TTFT p50 / p95
   peers          HF transformers `generate` (no reuse) and llama.cpp (its prompt cache), same
                  model file and token ids; multi-session hit rate with alternating documents
+  kv cache       each --kv-cache-dtype vs llama.cpp: decode at 512/2k/4k, cached TTFT, bytes per
+                 token, eviction at the same bytes (evals/bench_kv.py)
 Every runner takes token ids, decodes greedily and ignores end-of-turn, so each engine does the
 same work. `python -m evals.bench --out docs/benchmarks.md` writes the report and its JSON.
 """
@@ -377,6 +380,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--peer-threads", type=int, default=None, help="llama.cpp threads (default: as torch)")
     p.add_argument("--torchao-config", default="int4wo-32",
                    help="also measure this weight-only quantized mode ('' to skip)")
+    p.add_argument("--only", choices=("kv",), default=None,
+                   help="measure one section and merge it into the existing results JSON and report "
+                   "(kv: the KV cache dtype section, evals/bench_kv.py)")
+    p.add_argument("--no-kv", action="store_true", help="skip the KV cache dtype section")
     return p.parse_args(argv)
 
 
@@ -392,16 +399,25 @@ def main(argv: list[str] | None = None) -> int:
     if args.render_only:
         write_report(json.loads(json_path.read_text()), args.out, gpu)
         return 0
+    say = lambda msg: print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", flush=True)  # noqa: E731
+    if args.only == "kv":
+        from evals.bench_kv import only_kv
+
+        return only_kv(args, json_path, gpu, say)
     cfg = QUICK if args.quick else BenchConfig()
     overrides = {k: v for k, v in {"doc_tokens": args.doc_tokens, "repeats": args.repeats,
                                    "threads": args.threads, "peer_threads": args.peer_threads}.items()
                  if v is not None} | {"torchao_config": args.torchao_config or None}
     cfg = replace(cfg, peers=not args.no_peers, **overrides)
-    say = lambda msg: print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", flush=True)  # noqa: E731
     say("loading the engine")
     engine = Engine(max_total_tokens=32768, max_running_requests=max(16, *cfg.sessions), num_threads=cfg.threads)
     try:
         results = run_bench(engine, cfg, say)
+        if not args.no_kv:
+            say("KV cache dtype section")
+            from evals.bench_kv import kv_section
+
+            results["kv_cache"] = kv_section(args, engine.model_path, say)
         if not args.no_suites:
             from evals.run import reduced_eval
 

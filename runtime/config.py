@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import psutil
 
+from runtime.cache.kv_format import canonical, kv_cache_dtype_problems
 from runtime.cache.policies import POLICIES
 from runtime.env import env_flag, env_str, offline_hub  # noqa: F401  (re-exported)
 
@@ -25,6 +26,9 @@ class EngineConfig:
     dtype: str | None = None
     #: weight-only quantization (SGLang's --torchao-config names): int4wo-32/64/128, int8wo; CPU only
     torchao_config: str | None = None
+    #: how K/V is stored (SGLang's --kv-cache-dtype): auto (the model's dtype), float32, bfloat16,
+    #: float16, int8 (a scale per token and head); runtime/cache/kv_format.py
+    kv_cache_dtype: str = "auto"
     context_length: int | None = None
     num_threads: int | None = None
     device: str = "cpu"
@@ -51,6 +55,11 @@ class EngineConfig:
             problems.append(f"dtype must be one of {DTYPES}")
         if self.torchao_config is not None:
             problems += torchao_problems(self.torchao_config, self.device, self.dtype)
+        if isinstance(self.kv_cache_dtype, str):
+            object.__setattr__(self, "kv_cache_dtype", canonical(self.kv_cache_dtype))
+            problems += kv_cache_dtype_problems(self.kv_cache_dtype)
+        else:
+            problems.append("kv_cache_dtype must be a string")
         if self.context_length is not None and self.context_length < 2:
             problems.append("context_length must be >= 2")
         if self.num_threads is not None and self.num_threads < 1:

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from runtime import model_files
+from runtime.cache.kv_format import KVFormat
 from runtime.cache.kv_pool import KVPool
 from runtime.cache.namespace import namespace_key, session_key
 from runtime.cache.policies import make_policy
@@ -51,10 +52,11 @@ class Engine:
             torch.set_num_threads(self.config.num_threads)
         started = time.perf_counter()
         in_fresh_thread(self._load)  # keeps the caller's thread free of an OpenMP pool (runtime/threads.py)
-        log.info("engine ready in %.1fs: %s, %s%s, pool %d tokens (%.0f MiB), policy %s, cache %s",
+        log.info("engine ready in %.1fs: %s, %s%s, pool %d tokens (%.0f MiB, KV %s %d B/token), policy %s, cache %s",
                  time.perf_counter() - started, self.model_name, self.config.dtype,
                  f" {self.config.torchao_config}" if self.config.torchao_config else "", self.pool.size,
-                 self.pool.capacity_bytes / 2**20, self.config.radix_eviction_policy,
+                 self.pool.capacity_bytes / 2**20, self.pool.fmt.name, self.kv_bytes_per_token,
+                 self.config.radix_eviction_policy,
                  "off" if self.config.disable_radix_cache else "on")
 
     def _load(self) -> None:
@@ -102,17 +104,24 @@ class Engine:
         self.model_name = self.config.served_model_name or name
         mc = model.cfg
         self.context_length = min(self.config.context_length or mc.max_positions, mc.max_positions)
-        self._setup_cache(mc, model.kv_dtype)
+        self._setup_cache(mc, self._kv_format(model))
         self._closed = False
 
-    def _setup_cache(self, mc: ModelConfig, kv_dtype: torch.dtype) -> None:
+    def _kv_format(self, model: LlamaModel | HFModel) -> KVFormat:
+        fmt = KVFormat.resolve(self.config.kv_cache_dtype, model.dtype, model.kv_dtype)
+        if isinstance(model, HFModel) and (fmt.converts or fmt.scaled):
+            raise ValueError(f"kv_cache_dtype {fmt.name} needs the compact forward; the HF fallback for "
+                             f"{model.cfg.arch} stores K/V in its own dtype ({fmt.compute}): use auto")
+        return fmt
+
+    def _setup_cache(self, mc: ModelConfig, fmt: KVFormat) -> None:
         from runtime.cache.sessions import SessionRegistry
 
         cfg = self.config
-        per_token = KVPool.bytes_per_token(mc.layers, mc.kv_heads, mc.head_dim, kv_dtype)
+        per_token = fmt.bytes_per_token(mc.layers, mc.kv_heads, mc.head_dim)
         size = cfg.max_total_tokens or derive_pool_size(per_token, self.context_length, cfg.mem_fraction)
         check_pool_fits(size, per_token)
-        self.pool = KVPool(size, mc.layers, mc.kv_heads, mc.head_dim, kv_dtype, cfg.device)
+        self.pool = KVPool(size, mc.layers, mc.kv_heads, mc.head_dim, fmt, cfg.device)
         self.sessions = SessionRegistry(clock=time.monotonic)
         kwargs = {"sessions": self.sessions} if cfg.radix_eviction_policy == "session" else {}
         self.cache = RadixCache(self.pool, make_policy(cfg.radix_eviction_policy, **kwargs))
@@ -320,6 +329,11 @@ class Engine:
                 "architecture": self.model.cfg.arch, "device": self.config.device,
                 "torchao_config": self.config.torchao_config or ""}
 
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """Bytes one cached token takes in the pool (K and V of every layer, scales included)."""
+        return self.pool.capacity_bytes // self.pool.size
+
     # ---- cache control ------------------------------------------------------------------
     def flush_cache(self) -> bool:
         """Empty the tree and return every slot; False (nothing done) while requests run, as SGLang."""
@@ -346,7 +360,7 @@ class Engine:
     def get_cache_stats(self) -> dict[str, Any]:
         with self.scheduler.lock:
             c, st = self.cache.counters, self.scheduler.stats
-            per_token = self.pool.capacity_bytes // self.pool.size
+            per_token = self.kv_bytes_per_token
             return {
                 "requests": st.requests, "prompt_tokens": st.prompt_tokens, "cached_tokens": st.cached_tokens,
                 "hit_rate": st.cached_tokens / st.prompt_tokens if st.prompt_tokens else 0.0,
@@ -356,6 +370,7 @@ class Engine:
                 "match_time_mean_s": c.match_time_s / c.matches if c.matches else 0.0,
                 "tokens_in_use": self.cache.total_size, "bytes_in_use": self.cache.total_size * per_token,
                 "pool_capacity_tokens": self.pool.size, "pool_capacity_bytes": self.pool.capacity_bytes,
+                "kv_cache_dtype": self.pool.fmt.name, "kv_bytes_per_token": per_token,
                 "pool_free_tokens": self.pool.available, "queue_depth": self.scheduler.queued,
                 "running": len(self.scheduler.running), "policy": self.config.radix_eviction_policy,
                 "cache_enabled": not self.config.disable_radix_cache, **self._kv_memory(),

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from runtime.cache.kv_format import KVFormat
 from runtime.quant import Int8, Linear, WeightFormat
 
 SUPPORTED = ("llama", "qwen2", "mistral")
@@ -61,16 +62,32 @@ class ModelConfig:
 @dataclass(slots=True, eq=False)  # buffers compare by identity (SpareBuffers removes them)
 class SeqKV:
     """One request's K/V, laid out like the pool: k: [layers, kv_heads, capacity, head_dim];
-    the first `length` positions are filled."""
+    the first `length` positions are filled. `fmt` says how they are stored (None: plainly in
+    k's dtype); int8 adds `scales` (K's and V's, [layers, kv_heads, capacity, 1] each)."""
 
     k: torch.Tensor
     v: torch.Tensor
     length: int = 0
+    fmt: KVFormat | None = None
+    scales: tuple[torch.Tensor, ...] = ()
 
     @classmethod
-    def empty(cls, cfg: ModelConfig, capacity: int, dtype: torch.dtype, device: str) -> SeqKV:
-        shape = (cfg.layers, cfg.kv_heads, capacity, cfg.head_dim)
-        return cls(torch.empty(shape, dtype=dtype, device=device), torch.empty(shape, dtype=dtype, device=device))
+    def empty(cls, cfg: ModelConfig, capacity: int, fmt: KVFormat | torch.dtype, device: str) -> SeqKV:
+        fmt = fmt if isinstance(fmt, KVFormat) else KVFormat.plain(fmt)
+        planes = fmt.alloc(cfg.layers, cfg.kv_heads, capacity, cfg.head_dim, device)
+        return cls(planes[0], planes[1], fmt=fmt, scales=planes[2:])
+
+    @property
+    def format(self) -> KVFormat:
+        return self.fmt or KVFormat.plain(self.k.dtype)
+
+    @property
+    def planes(self) -> tuple[torch.Tensor, ...]:
+        return (self.k, self.v, *self.scales)
+
+    def span(self, start: int, stop: int) -> tuple[torch.Tensor, ...]:
+        """Positions start..stop-1 of every plane (what moves in or out of the pool)."""
+        return tuple(p[:, :, start:stop] for p in self.planes)
 
     @property
     def capacity(self) -> int:
@@ -78,7 +95,7 @@ class SeqKV:
 
     @property
     def nbytes(self) -> int:
-        return self.k.nbytes + self.v.nbytes
+        return sum(p.nbytes for p in self.planes)
 
     def layer(self, li: int, upto: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Layer li's first `upto` positions as [1, kv_heads, upto, head_dim] views (SDPA's layout)."""
@@ -96,8 +113,9 @@ class SpareBuffers:
 
     ROUND = 256
 
-    def __init__(self, cfg: ModelConfig, dtype: torch.dtype, device: str, max_bytes: int) -> None:
-        self.cfg, self.dtype, self.device, self.max_bytes = cfg, dtype, device, max_bytes
+    def __init__(self, cfg: ModelConfig, fmt: KVFormat | torch.dtype, device: str, max_bytes: int) -> None:
+        self.fmt = fmt if isinstance(fmt, KVFormat) else KVFormat.plain(fmt)
+        self.cfg, self.device, self.max_bytes = cfg, device, max_bytes
         self._spare: list[SeqKV] = []
 
     def take(self, capacity: int) -> SeqKV:
@@ -108,7 +126,7 @@ class SpareBuffers:
             best.length = 0
             return best
         rounded = -(-capacity // self.ROUND) * self.ROUND
-        return SeqKV.empty(self.cfg, rounded, self.dtype, self.device)
+        return SeqKV.empty(self.cfg, rounded, self.fmt, self.device)
 
     def give(self, kv: SeqKV) -> None:
         self._spare.append(kv)
@@ -152,8 +170,9 @@ class LlamaModel:
                  torchao_config: str | None = None) -> None:
         self.cfg, self.dtype, self.device = cfg, dtype, device
         self.torchao_config = torchao_config
-        # CPU attention kernels are ~8x slower in bf16/fp16 than in fp32 (measured), and the KV of a
-        # 135M model is small: on the CPU, K/V and attention stay fp32 whatever the weights are.
+        # CPU attention kernels are 4-15x slower in bf16/fp16 than in fp32 (evals/kv_attention.py):
+        # on the CPU attention runs in fp32 whatever the weights are. How K/V is *stored* is the
+        # engine's kv_cache_dtype (each SeqKV's format); stored otherwise, it is converted per layer.
         self.kv_dtype = torch.float32 if device == "cpu" else dtype
         fmt = WeightFormat(dtype, device, torchao_config)
 
@@ -230,6 +249,7 @@ class LlamaModel:
         pos = torch.cat([torch.arange(s.kv.length, s.kv.length + len(s.ids)) for s in segments]).to(self.device)
         cos, sin = self.cos[pos].unsqueeze(1), self.sin[pos].unsqueeze(1)  # [N, 1, hd]
         views = [_Views.of(s.kv, n, self.device, self.kv_dtype) for s, n in zip(segments, lens, strict=True)]
+        scratch = self._scratch(views)
         x = self._embed(ids)  # [N, hidden]
         qd, kd = cfg.heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim
         for li, layer in enumerate(self.layers):
@@ -237,7 +257,7 @@ class LlamaModel:
             qk = self._rope(h[:, : qd + kd].view(-1, cfg.heads + cfg.kv_heads, cfg.head_dim), cos, sin)
             q, k = qk[:, : cfg.heads], qk[:, cfg.heads :]  # rotated together: half the ops
             v = h[:, qd + kd :].view(-1, cfg.kv_heads, cfg.head_dim)
-            attn = self._attend(li, views, lens, q, k, v)  # [N, qd]
+            attn = self._attend(li, views, lens, q, k, v, scratch)  # [N, qd]
             x = x + layer.o(attn)
             gate, up = layer.gate_up(self._rms(x, layer.ln2)).chunk(2, dim=-1)
             x = x + layer.down(F.silu(gate) * up)
@@ -260,17 +280,33 @@ class LlamaModel:
                 s.prompt_logits = part
         return torch.stack([part[-1] for part in parts])
 
-    def _attend(self, li: int, views: list[_Views], lens: list[int], q, k, v) -> torch.Tensor:
+    def _scratch(self, views: list[_Views]) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """One layer's K and V in the compute dtype, for formats stored otherwise: each layer's
+        stored K/V is converted into it just before its attention, so the copy is still in cache
+        when SDPA reads it. Per call, not per model: sibling engines run the model concurrently."""
+        longest = max((vw.length for vw in views if vw.fmt.converts), default=0)
+        if not longest:
+            return None
+        shape = (self.cfg.kv_heads, longest, self.cfg.head_dim)
+        return (torch.empty(shape, dtype=self.kv_dtype, device=self.device),
+                torch.empty(shape, dtype=self.kv_dtype, device=self.device))
+
+    def _attend(self, li: int, views: list[_Views], lens: list[int], q, k, v, scratch) -> torch.Tensor:
         # Per request and layer this is a few ops on views prepared once per step: with several
         # requests in a step, per-op overhead here outweighed the attention arithmetic (measured).
         qs, ks, vs = q.to(self.kv_dtype).split(lens), k.split(lens), v.split(lens)
         outs = []
         for vw, n, qi, ki, vi in zip(views, lens, qs, ks, vs, strict=True):
-            vw.k_new[li].copy_(ki.transpose(0, 1))
-            vw.v_new[li].copy_(vi.transpose(0, 1))
+            vw.fmt.store(vw.new[li], ki.transpose(0, 1), vi.transpose(0, 1))
+            if vw.fmt.converts:
+                k_all, v_all = scratch[0][:, : vw.length], scratch[1][:, : vw.length]
+                vw.fmt.load(vw.stored[li], k_all, v_all)
+                k_all, v_all = k_all.unsqueeze(0), v_all.unsqueeze(0)
+            else:
+                k_all, v_all = vw.k[li], vw.v[li]
             # [n, H, hd] -> [1, H, n, hd]; for one token that is a view
             qi = qi.view(1, -1, 1, qi.shape[-1]) if n == 1 else qi.transpose(0, 1).unsqueeze(0)
-            o = F.scaled_dot_product_attention(qi, vw.k[li], vw.v[li], attn_mask=vw.mask, is_causal=vw.causal,
+            o = F.scaled_dot_product_attention(qi, k_all, v_all, attn_mask=vw.mask, is_causal=vw.causal,
                                                enable_gqa=True)
             outs.append(o.view(1, -1) if n == 1 else o[0].transpose(0, 1).reshape(n, -1))
         return (outs[0] if len(outs) == 1 else torch.cat(outs)).to(self.dtype)
@@ -278,8 +314,9 @@ class LlamaModel:
 
 @dataclass(frozen=True, slots=True)
 class _Views:
-    """One request's per-layer K/V views for a step: what attention reads ([1, KVH, m+n, hd],
-    prefix plus new tokens) and where the n new tokens go ([KVH, n, hd]), and how it masks.
+    """One request's per-layer K/V views for a step: what attention reads (k, v: [1, KVH, m+n, hd],
+    prefix plus new tokens, as stored; `stored`: every plane over those positions), where the n
+    new tokens go (`new`: every plane, [KVH, n, x]), and how it masks.
 
     Query i sees the prefix and new tokens <= i (bottom-right aligned causal). Without a prefix
     that is SDPA's own `is_causal`, which skips masked blocks (~25% faster at 1k tokens); with one,
@@ -289,10 +326,12 @@ class _Views:
 
     k: tuple[torch.Tensor, ...]
     v: tuple[torch.Tensor, ...]
-    k_new: tuple[torch.Tensor, ...]
-    v_new: tuple[torch.Tensor, ...]
+    stored: list[tuple[torch.Tensor, ...]]
+    new: list[tuple[torch.Tensor, ...]]
     mask: torch.Tensor | None  # None for one new token (it sees everything) or when `causal`
     causal: bool
+    fmt: KVFormat
+    length: int  # m + n
 
     @classmethod
     def of(cls, kv: SeqKV, n: int, device: str, dtype: torch.dtype) -> _Views:
@@ -301,5 +340,8 @@ class _Views:
         if n > 1 and m > 0:
             seen = torch.arange(m + n, device=device)[None, :] <= (m + torch.arange(n, device=device))[:, None]
             mask = torch.zeros(seen.shape, dtype=dtype, device=device).masked_fill_(~seen, float("-inf"))
+        fmt = kv.format
+        new = list(zip(*(p[:, :, m : m + n].unbind(0) for p in kv.planes), strict=True))
+        stored = list(zip(*(p[:, :, : m + n].unbind(0) for p in kv.planes), strict=True)) if fmt.converts else []
         return cls(kv.k[:, :, : m + n].unsqueeze(1).unbind(0), kv.v[:, :, : m + n].unsqueeze(1).unbind(0),
-                   kv.k[:, :, m : m + n].unbind(0), kv.v[:, :, m : m + n].unbind(0), mask, n > 1 and m == 0)
+                   stored, new, mask, n > 1 and m == 0, fmt, m + n)

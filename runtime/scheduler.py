@@ -93,7 +93,7 @@ class Scheduler:
         self.closed = False
         self.stats = ServeStats()
         # parked request buffers: at most half the pool's own size, and 1 GiB
-        self.buffers = SpareBuffers(model.cfg, model.kv_dtype, model.device, min(pool.capacity_bytes // 2, 2**30))
+        self.buffers = SpareBuffers(model.cfg, pool.fmt, model.device, min(pool.capacity_bytes // 2, 2**30))
         self._worker_lock = threading.Lock()  # guards closing, starting and retiring the worker thread
         self.thread: threading.Thread | None = None
         self.live: dict[int, Request] = {}  # submitted and not finished, by id(): what abort() looks at
@@ -364,7 +364,7 @@ class Scheduler:
         capacity = len(req.input_ids) + req.params.max_new_tokens
         req.kv = self.buffers.take(capacity)
         if req.cached_len:
-            self.pool.read(req.slots, req.kv.k[:, :, : req.cached_len], req.kv.v[:, :, : req.cached_len])
+            self.pool.read(req.slots, req.kv.span(0, req.cached_len))
             req.kv.length = req.cached_len
         req.slots += self._alloc(len(req.input_ids) - req.cached_len)
 
@@ -410,7 +410,7 @@ class Scheduler:
         present = self.cache.insert(key, req.slots[:upto], req.namespace, req.priority, req.session_id)
         adopted = req.slots[present:upto]
         if adopted:
-            self.pool.write(adopted, req.kv.k[:, :, present:upto], req.kv.v[:, :, present:upto])
+            self.pool.write(adopted, req.kv.span(present, upto))
         self.pool.free(req.slots[req.tree_len : present])  # computed twice: keep the tree's copy
         match = self.cache.find_node(key, req.namespace)
         assert match.length == upto, "tree lost a just-inserted path"

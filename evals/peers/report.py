@@ -155,6 +155,10 @@ def _summary(path: Path) -> str:
 
 def write_report(results: dict[str, Any], out: Path, gpu: dict[str, Any] | None = None) -> None:
     text = render_report(results, gpu)
+    if "kv_cache" in results:
+        from evals.bench_kv import kv_markdown
+
+        text += "\n" + "\n".join(kv_markdown(results["kv_cache"])) + "\n"
     if "agent_suites" in results:
         from evals.report import markdown_section
 

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 import torch
 
+from runtime.cache.kv_format import KVFormat
 from runtime.errors import PoolExhausted
 
 
@@ -54,32 +55,43 @@ class KVPool(SlotAllocator):
     SeqKV, so a cached prefix moves in or out with one index_select / index_copy_ over the slot
     dimension and no temporaries (advanced indexing measured ~6x slower for a 2k-token prefix).
     Per head, positions are contiguous rows: CPU attention reads them ~2x faster than any
-    token-major layout once the KV outgrows the caches (measured at 2k tokens)."""
+    token-major layout once the KV outgrows the caches (measured at 2k tokens).
+
+    `fmt` (runtime/cache/kv_format.py) sets what a slot holds: K/V in a float dtype, or int8
+    levels plus a scale per (token, head) in two more planes of the same layout."""
 
     def __init__(
-        self, size: int, num_layers: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype, device: str
+        self, size: int, num_layers: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype | KVFormat,
+        device: str
     ) -> None:
         super().__init__(size)
-        shape = (num_layers, num_kv_heads, size, head_dim)
-        self.k = torch.zeros(shape, dtype=dtype, device=device)
-        self.v = torch.zeros(shape, dtype=dtype, device=device)
+        self.fmt = dtype if isinstance(dtype, KVFormat) else KVFormat.plain(dtype)
+        self.planes = self.fmt.alloc(num_layers, num_kv_heads, size, head_dim, device, zeros=True)
+        self.k, self.v = self.planes[0], self.planes[1]
 
-    def read(self, slots: Sequence[int], k_out: torch.Tensor, v_out: torch.Tensor) -> None:
-        """Copies the slots' K/V into k_out and v_out: [layers, kv_heads, len(slots), head_dim] views."""
+    def read(self, slots: Sequence[int], *out: torch.Tensor) -> None:
+        """Copies the slots' K/V into `out`: every plane of a SeqKV span (k_out, v_out, and the
+        scales where the format has them), [layers, kv_heads, len(slots), x] views."""
         idx = torch.tensor(slots, device=self.k.device)
-        torch.index_select(self.k, 2, idx, out=k_out)
-        torch.index_select(self.v, 2, idx, out=v_out)
+        for plane, dst in zip(self.planes, _flat(out), strict=True):
+            torch.index_select(plane, 2, idx, out=dst)
 
-    def write(self, slots: Sequence[int], k: torch.Tensor, v: torch.Tensor) -> None:
-        """Stores K/V given as [layers, kv_heads, len(slots), head_dim] into the slots."""
+    def write(self, slots: Sequence[int], *src: torch.Tensor) -> None:
+        """Stores K/V given as planes [layers, kv_heads, len(slots), x] (as `read`) into the slots."""
         idx = torch.tensor(slots, device=self.k.device)
-        self.k.index_copy_(2, idx, k)
-        self.v.index_copy_(2, idx, v)
+        for plane, values in zip(self.planes, _flat(src), strict=True):
+            plane.index_copy_(2, idx, values)
 
     @staticmethod
-    def bytes_per_token(num_layers: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype) -> int:
-        return 2 * num_layers * num_kv_heads * head_dim * torch.finfo(dtype).bits // 8
+    def bytes_per_token(num_layers: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype | KVFormat) -> int:
+        fmt = dtype if isinstance(dtype, KVFormat) else KVFormat.plain(dtype)
+        return fmt.bytes_per_token(num_layers, num_kv_heads, head_dim)
 
     @property
     def capacity_bytes(self) -> int:
-        return self.k.numel() * self.k.element_size() * 2
+        return sum(p.numel() * p.element_size() for p in self.planes)
+
+
+def _flat(parts: tuple) -> list[torch.Tensor]:
+    """read(slots, k, v) and read(slots, kv.span(a, b)) both work."""
+    return [t for p in parts for t in (p if isinstance(p, (tuple, list)) else (p,))]

@@ -6,6 +6,7 @@ import argparse
 from dataclasses import dataclass
 from typing import Any
 
+from runtime.cache.kv_format import KV_CACHE_DTYPES
 from runtime.config import TORCHAO_CONFIGS
 
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
@@ -102,6 +103,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="weight-only quantization (CPU engine): int4wo-32 runs the GGUF's own 4-bit levels, several times "
         "faster decode; outputs differ from float32",
     )
+    p.add_argument(
+        "--kv-cache-dtype",
+        default="auto",
+        metavar="{" + ",".join(KV_CACHE_DTYPES) + "}",
+        help="how K/V is stored: auto (the model's dtype), float32, bfloat16 (bf16), float16 (fp16), int8 (a "
+        "scale per token and head: 3.8x the tokens of float32 per byte); attention runs in float32",
+    )
     p.add_argument("--num-threads", type=int, default=None, help="torch CPU threads")
     p.add_argument("--max-queue", type=int, default=256, help="queued requests before 503")
     p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' (all but /health)")
@@ -158,6 +166,7 @@ def engine_config(ns: argparse.Namespace) -> dict[str, Any]:
         "dtype": dtype,
         "device": ns.device,
         "torchao_config": ns.torchao_config or None,
+        "kv_cache_dtype": ns.kv_cache_dtype,
         "context_length": ns.context_length,
         "num_threads": ns.num_threads,
         "max_queue": ns.max_queue,

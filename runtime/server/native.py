@@ -74,6 +74,7 @@ def native_router(state: ServerState) -> APIRouter:
             "version": VERSION,
             **state.args.public_dict(),
             **_router_fields(state, stats),
+            "kv_cache_dtype": stats.get("kv_cache_dtype"),
             "engine_config": _config_dict(state.engine),
             "model_info": _model_info(state),
             "cache_stats": stats,
