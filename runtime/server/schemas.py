@@ -151,7 +151,8 @@ class GenerateRequest(_Request):
         if not isinstance(data, dict):
             return data
         taken = [k for k, v in ROUTER_DEFAULTS.items() if k in data and data[k] is v]
-        if isinstance(data.get("model"), str):  # smg names the served model; one model is served here
+        if "model" in data and (data["model"] is None or isinstance(data["model"], str)):
+            # smg names the served model, sglang-router sends null: one model is served here
             taken.append("model")
         return {k: v for k, v in data.items() if k not in taken} if taken else data
 

@@ -187,6 +187,7 @@ def test_router_defaults_are_taken_and_other_values_refused(server) -> None:
             **schemas.ROUTER_DEFAULTS}  # fmt: skip
     with httpx.Client(base_url=server.url, timeout=60) as client:
         assert client.post("/generate", json=body).status_code == 200
+        assert client.post("/generate", json={**body, "model": None}).status_code == 200  # sglang-router
         for field, value in schemas.ROUTER_DEFAULTS.items():
             r = client.post("/generate", json={**body, field: not value})
             assert r.status_code == 400 and field in r.json()["error"]["message"], field
