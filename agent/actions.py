@@ -56,8 +56,12 @@ def action_schema(
     names = [t.name for t in tools]
     forbidden = forbidden_names(names)
     branches = [
-        _object({"tool": {"const": t.name},
-                 "arguments": ground_numbers(guard_arguments(t.parameters_schema(), forbidden), numbers or ())})
+        _object(
+            {
+                "tool": {"const": t.name},
+                "arguments": ground_numbers(guard_arguments(t.parameters_schema(), forbidden), numbers or ()),
+            }
+        )
         for t in sorted(tools, key=lambda t: t.name)
         if not answer_only and (allowed is None or t.name in allowed)
     ]

@@ -204,7 +204,9 @@ class Agent:
         )
         sampling["seed"] = branch
         ctx.breaks.expect(branch, base._break_units(shared))
-        run = Run(ctx, base.layout.clone(), None, branch=branch, sampling=sampling, tool_choice=base.tool_choice)
+        run = Run(
+            ctx, base.layout.clone(), None, branch=branch, sampling=sampling, tool_choice=base.tool_choice
+        )
         run.task = base.task  # already in the shared log; kept for tool_choice "auto"
         return run
 

@@ -104,7 +104,9 @@ class PromptLayout:
         return ids[0] if ids and len(ids) == 1 else None
 
     def _head_piece(self, system: str) -> Piece:
-        return self._piece(render_head_text(system, self._tools, self._documents, self._dead_end, self._examples))
+        return self._piece(
+            render_head_text(system, self._tools, self._documents, self._dead_end, self._examples)
+        )
 
     def system_text(self) -> str:
         """The system instructions as given (rendered now, for a dynamic head)."""
@@ -167,7 +169,17 @@ class PromptLayout:
     def clone(self) -> PromptLayout:
         """An independent copy sharing the (immutable) head and pieces: fork branches start here."""
         other = object.__new__(PromptLayout)
-        for name in ("_system", "_examples", "_tools", "_documents", "_dead_end", "_tokenize", "_head", "_gen", "_im_end"):
+        for name in (
+            "_system",
+            "_examples",
+            "_tools",
+            "_documents",
+            "_dead_end",
+            "_tokenize",
+            "_head",
+            "_gen",
+            "_im_end",
+        ):
             setattr(other, name, getattr(self, name))
         other._log = list(self._log)
         return other

@@ -168,8 +168,11 @@ class Run:
         return step
 
     def _schema(self) -> str:
-        calls = [(s.action.tool, s.action.arguments) for s in self.steps
-                 if not s.abandoned and s.action is not None and s.action.kind == "tool"]
+        calls = [
+            (s.action.tool, s.action.arguments)
+            for s in self.steps
+            if not s.abandoned and s.action is not None and s.action.kind == "tool"
+        ]
         allowed = allowed_actions(self.tool_choice, self.task, list(self.ctx.tools), first=not calls)
         # The same call twice in a row learns nothing new: small models loop on it, so the
         # next action must be an answer (or a declared dead end).

@@ -93,8 +93,9 @@ def read_trace(path: str | Path) -> list[StepRecord]:
         except (json.JSONDecodeError, TypeError, KeyError) as exc:
             if number < len(lines):
                 raise ValueError(f"{path}:{number}: not a trace record ({exc})") from exc
-            warnings.warn(f"{path}:{number}: incomplete last line skipped (the run stopped mid-write)",
-                          stacklevel=2)
+            warnings.warn(
+                f"{path}:{number}: incomplete last line skipped (the run stopped mid-write)", stacklevel=2
+            )
     return records
 
 

@@ -128,12 +128,25 @@ def url_setup(target: str, method: str = "auto", uncached_target: str | None = N
         if flush_each and not cached.flush_cache():
             for close in closers:
                 close()
-            raise ValueError(f"{target} ignores prefix_cache=false and cannot flush its cache: start a "
-                             "second server with --disable-radix-cache and pass it as --uncached-backend")
-        how = ("the same server, its cache flushed before every uncached request (POST /flush_cache)"
-               if flush_each else "the same server with `prefix_cache: false` on every uncached request")
-    return EvalSetup(backend_label=target, model=_model_name(cached), machine=f"client: {describe_machine()}",
-                     method=how, cached=cached, uncached=uncached, flush_each=flush_each, closers=closers)
+            raise ValueError(
+                f"{target} ignores prefix_cache=false and cannot flush its cache: start a "
+                "second server with --disable-radix-cache and pass it as --uncached-backend"
+            )
+        how = (
+            "the same server, its cache flushed before every uncached request (POST /flush_cache)"
+            if flush_each
+            else "the same server with `prefix_cache: false` on every uncached request"
+        )
+    return EvalSetup(
+        backend_label=target,
+        model=_model_name(cached),
+        machine=f"client: {describe_machine()}",
+        method=how,
+        cached=cached,
+        uncached=uncached,
+        flush_each=flush_each,
+        closers=closers,
+    )
 
 
 def _model_name(backend: Backend) -> str:
@@ -148,9 +161,15 @@ def _model_name(backend: Backend) -> str:
         return "unknown"
 
 
-def open_setup(target: str, *, concurrency: int = 1, method: str = "auto", uncached_target: str | None = None,
-               **engine_options: Any) -> EvalSetup:
-    """"embedded" (engine options apply) or a server URL."""
+def open_setup(
+    target: str,
+    *,
+    concurrency: int = 1,
+    method: str = "auto",
+    uncached_target: str | None = None,
+    **engine_options: Any,
+) -> EvalSetup:
+    """ "embedded" (engine options apply) or a server URL."""
     if target == "embedded":
         return open_embedded(concurrency, **engine_options)
     return url_setup(target, method, uncached_target)

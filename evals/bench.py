@@ -93,7 +93,9 @@ class QAPrompts:
         return self.prefix + self.questions[i % len(self.questions)]
 
 
-def qa_prompts(tokenize: Callable[[str], list[int]], doc_ids: list[int], questions: Sequence[str]) -> QAPrompts:
+def qa_prompts(
+    tokenize: Callable[[str], list[int]], doc_ids: list[int], questions: Sequence[str]
+) -> QAPrompts:
     head = tokenize(f"<|im_start|>system\n{SYSTEM}<|im_end|>\n<|im_start|>user\nDocument:\n")
     tails = [tokenize(f"\n\nQuestion: {q}<|im_end|>\n<|im_start|>assistant\n") for q in questions]
     return QAPrompts(head + doc_ids, tails)
@@ -126,8 +128,9 @@ def _pct(xs: Sequence[float], q: float) -> float:
     return s[min(len(s) - 1, round(q * (len(s) - 1)))] if s else 0.0
 
 
-def prefix_reuse(runner: Runner, qa: QAPrompts, repeats: int = 3, out_tokens: int = 16,
-                 decode_tokens: int = 64) -> dict[str, Any]:
+def prefix_reuse(
+    runner: Runner, qa: QAPrompts, repeats: int = 3, out_tokens: int = 16, decode_tokens: int = 64
+) -> dict[str, Any]:
     """TTFT from scratch (cache reset before each of repeats+1 cold runs; the last one leaves the
     document cached) vs TTFT of questions 0..repeats-1 reusing it; greedy outputs compared per
     question; decode tok/s of one stream at the document's context length."""
@@ -140,33 +143,46 @@ def prefix_reuse(runner: Runner, qa: QAPrompts, repeats: int = 3, out_tokens: in
     cold_ttft, warm_ttft = [s.ttft_s for s in cold], [s.ttft_s for s in warm]
     same = [c.output_ids == w.output_ids for c, w in zip(cold, warm, strict=False)]
     return {
-        "engine": runner.name, "shared_prefix_tokens": len(qa.prefix), "prompt_tokens": cold[0].prompt_tokens,
-        "ttft_cold_s": cold_ttft, "ttft_cached_s": warm_ttft,
-        "ttft_cold_p50_s": _median(cold_ttft), "ttft_cached_p50_s": _median(warm_ttft),
+        "engine": runner.name,
+        "shared_prefix_tokens": len(qa.prefix),
+        "prompt_tokens": cold[0].prompt_tokens,
+        "ttft_cold_s": cold_ttft,
+        "ttft_cached_s": warm_ttft,
+        "ttft_cold_p50_s": _median(cold_ttft),
+        "ttft_cached_p50_s": _median(warm_ttft),
         "cached_tokens": [s.cached_tokens for s in warm],
         "speedup_ttft": _median(cold_ttft) / _median(warm_ttft) if _median(warm_ttft) else 0.0,
         "prefill_tok_s": cold[0].prompt_tokens / _median(cold_ttft) if _median(cold_ttft) else 0.0,
-        "decode_tok_s": decode.decode_tok_s, "decode_context_tokens": decode.prompt_tokens,
-        "decode_tokens": len(decode.output_ids), "outputs_identical": sum(same) / len(same) if same else 0.0,
+        "decode_tok_s": decode.decode_tok_s,
+        "decode_context_tokens": decode.prompt_tokens,
+        "decode_tokens": len(decode.output_ids),
+        "outputs_identical": sum(same) / len(same) if same else 0.0,
     }
 
 
-def multi_session_hits(runner: Runner, sessions: Sequence[QAPrompts], rounds: int = 2,
-                       out_tokens: int = 8) -> dict[str, Any]:
+def multi_session_hits(
+    runner: Runner, sessions: Sequence[QAPrompts], rounds: int = 2, out_tokens: int = 8
+) -> dict[str, Any]:
     """Sessions take turns (s0 q0, s1 q0, ..., s0 q1, ...): the hit rate a cache keeps across them."""
     runner.reset()
     samples = [runner.generate(qa.prompt(r), out_tokens) for r in range(rounds) for qa in sessions]
-    later = samples[len(sessions):]
+    later = samples[len(sessions) :]
     prompt, cached = sum(s.prompt_tokens for s in samples), sum(s.cached_tokens for s in samples)
     return {
-        "engine": runner.name, "sessions": len(sessions), "rounds": rounds, "requests": len(samples),
-        "prompt_tokens": prompt, "cached_tokens": cached, "hit_rate": cached / prompt if prompt else 0.0,
+        "engine": runner.name,
+        "sessions": len(sessions),
+        "rounds": rounds,
+        "requests": len(samples),
+        "prompt_tokens": prompt,
+        "cached_tokens": cached,
+        "hit_rate": cached / prompt if prompt else 0.0,
         "ttft_later_rounds_p50_s": _median([s.ttft_s for s in later]),
     }
 
 
-def _stream_session(engine: Any, ids: list[int], new_tokens: int, start: threading.Barrier,
-                    out: list[dict[str, Any]]) -> None:
+def _stream_session(
+    engine: Any, ids: list[int], new_tokens: int, start: threading.Barrier, out: list[dict[str, Any]]
+) -> None:
     params = {"temperature": 0, "max_new_tokens": new_tokens, "ignore_eos": True}
     start.wait()
     stamps, last = [], None
@@ -184,8 +200,10 @@ def throughput(engine: Any, prompts: Sequence[list[int]], new_tokens: int = 64) 
     token to the first session's finish); output tok/s is all tokens over the wall time."""
     results: list[dict[str, Any]] = []
     start = threading.Barrier(len(prompts) + 1)
-    threads = [threading.Thread(target=_stream_session, args=(engine, ids, new_tokens, start, results))
-               for ids in prompts]
+    threads = [
+        threading.Thread(target=_stream_session, args=(engine, ids, new_tokens, start, results))
+        for ids in prompts
+    ]
     for t in threads:
         t.start()
     start.wait()
@@ -198,17 +216,21 @@ def throughput(engine: Any, prompts: Sequence[list[int]], new_tokens: int = 64) 
     in_window = sum(1 for r in results for s in r["stamps"] if lo < s <= hi)
     ttfts = [r["meta"]["ttft"] for r in results]
     return {
-        "sessions": len(prompts), "prompt_tokens": sum(len(p) for p in prompts),
+        "sessions": len(prompts),
+        "prompt_tokens": sum(len(p) for p in prompts),
         "completion_tokens": sum(len(r["stamps"]) for r in results),
         "cached_tokens": sum(r["meta"]["cached_tokens"] for r in results),
         "decode_tok_s": in_window / (hi - lo) if hi > lo else 0.0,
         "output_tok_s": sum(len(r["stamps"]) for r in results) / wall,
-        "ttft_p50_s": _median(ttfts), "ttft_p95_s": _pct(ttfts, 0.95), "wall_s": wall,
+        "ttft_p50_s": _median(ttfts),
+        "ttft_p95_s": _pct(ttfts, 0.95),
+        "wall_s": wall,
     }
 
 
-def throughput_sweep(engine: Any, docs: Sequence[list[int]], counts: Sequence[int],
-                     new_tokens: int) -> dict[str, Any]:
+def throughput_sweep(
+    engine: Any, docs: Sequence[list[int]], counts: Sequence[int], new_tokens: int
+) -> dict[str, Any]:
     """`throughput` at each session count; session i asks about its own document docs[i]."""
     rows = []
     for n in counts:
@@ -246,8 +268,17 @@ class BenchConfig:
             raise ValueError("doc_tokens >= 16, repeats >= 1, decode_tokens >= 2 and sessions are required")
 
 
-QUICK = BenchConfig(doc_tokens=64, repeats=1, out_tokens=3, decode_tokens=4, sessions=(1, 2),
-                    session_prompt_tokens=16, session_new_tokens=3, hit_docs=2, hit_doc_tokens=32)
+QUICK = BenchConfig(
+    doc_tokens=64,
+    repeats=1,
+    out_tokens=3,
+    decode_tokens=4,
+    sessions=(1, 2),
+    session_prompt_tokens=16,
+    session_new_tokens=3,
+    hit_docs=2,
+    hit_doc_tokens=32,
+)
 
 
 def run_ours(engine: Any, cfg: BenchConfig, say: Callable[[str], None], hits: bool = True) -> dict[str, Any]:
@@ -261,14 +292,22 @@ def run_ours(engine: Any, cfg: BenchConfig, say: Callable[[str], None], hits: bo
     say(f"throughput: sessions {cfg.sessions}")
     runner.reset()
     chunks = essay_documents(tok, max(cfg.sessions), cfg.session_prompt_tokens)
-    sweep = throughput_sweep(engine, [qa_prompts(tok, c, QUESTIONS[:1]).prompt(0) for c in chunks],
-                             cfg.sessions, cfg.session_new_tokens)
+    sweep = throughput_sweep(
+        engine,
+        [qa_prompts(tok, c, QUESTIONS[:1]).prompt(0) for c in chunks],
+        cfg.sessions,
+        cfg.session_new_tokens,
+    )
     parts = {"qa": qa, "prefix_reuse": reuse, "throughput": sweep}
     if hits:
-        hit_sessions = [qa_prompts(tok, d, QUESTIONS) for d in essay_documents(tok, cfg.hit_docs, cfg.hit_doc_tokens)]
+        hit_sessions = [
+            qa_prompts(tok, d, QUESTIONS) for d in essay_documents(tok, cfg.hit_docs, cfg.hit_doc_tokens)
+        ]
         say(f"multi-session hit rate: {cfg.hit_docs} alternating documents")
-        parts |= {"hit_sessions": hit_sessions,
-                  "hits": multi_session_hits(runner, hit_sessions, out_tokens=min(8, cfg.out_tokens))}
+        parts |= {
+            "hit_sessions": hit_sessions,
+            "hits": multi_session_hits(runner, hit_sessions, out_tokens=min(8, cfg.out_tokens)),
+        }
     return parts
 
 
@@ -282,14 +321,23 @@ def run_quantized(engine: Any, cfg: BenchConfig, say: Callable[[str], None]) -> 
     from runtime import Engine
 
     say(f"loading the {cfg.torchao_config} engine")
-    quant = Engine(engine.model_path, torchao_config=cfg.torchao_config, max_total_tokens=engine.pool.size,
-                   max_running_requests=engine.config.max_running_requests, num_threads=cfg.threads)
+    quant = Engine(
+        engine.model_path,
+        torchao_config=cfg.torchao_config,
+        max_total_tokens=engine.pool.size,
+        max_running_requests=engine.config.max_running_requests,
+        num_threads=cfg.threads,
+    )
     try:
         parts = run_ours(quant, cfg, lambda msg: say(f"{cfg.torchao_config}: {msg}"), hits=False)
     finally:
         quant.shutdown()
-    return {"torchao_config": cfg.torchao_config, "engine": engine_label(quant),
-            "prefix_reuse": parts["prefix_reuse"], "throughput": parts["throughput"]}
+    return {
+        "torchao_config": cfg.torchao_config,
+        "engine": engine_label(quant),
+        "prefix_reuse": parts["prefix_reuse"],
+        "throughput": parts["throughput"],
+    }
 
 
 def run_bench(engine: Any, cfg: BenchConfig, say: Callable[[str], None] = print) -> dict[str, Any]:
@@ -301,9 +349,15 @@ def run_bench(engine: Any, cfg: BenchConfig, say: Callable[[str], None] = print)
     quantized = run_quantized(engine, cfg, say) if cfg.torchao_config else None
     peers = run_peers(engine.model_path, ours["qa"], ours["hit_sessions"], cfg, say) if cfg.peers else {}
     results = {
-        "machine": {**machine_info(engine), "loadavg_1m_start": load_start, "loadavg_1m_end": os.getloadavg()[0]},
-        "model": engine.model_name, "config": _config_dict(cfg),
-        "prefix_reuse": ours["prefix_reuse"], "throughput": ours["throughput"],
+        "machine": {
+            **machine_info(engine),
+            "loadavg_1m_start": load_start,
+            "loadavg_1m_end": os.getloadavg()[0],
+        },
+        "model": engine.model_name,
+        "config": _config_dict(cfg),
+        "prefix_reuse": ours["prefix_reuse"],
+        "throughput": ours["throughput"],
         "peers": {k: v for k, v in peers.items() if k != "hits"},
         "multi_session": {"radixagent": ours["hits"], **peers.get("hits", {})},
     }
@@ -331,8 +385,15 @@ def machine_info(engine: Any) -> dict[str, Any]:
                 break
     except OSError:
         pass
-    return {"cpu": cpu, "cores": os.cpu_count(), "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
-            "dtype": engine.config.dtype, "device": engine.config.device, "python": platform.python_version()}
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "dtype": engine.config.dtype,
+        "device": engine.config.device,
+        "python": platform.python_version(),
+    }
 
 
 def ratios(r: dict[str, Any]) -> dict[str, float | None]:
@@ -353,36 +414,61 @@ def ratios(r: dict[str, Any]) -> dict[str, float | None]:
         "decode_vs_llama_cpp": div(ours["decode_tok_s"], lc and lc["decode_tok_s"]),
         "cached_ttft_speedup_vs_hf_generate": div(hf and hf["ttft_cached_p50_s"], ours["ttft_cached_p50_s"]),
         "decode_vs_hf_generate": div(ours["decode_tok_s"], hf and hf["decode_tok_s"]),
-        "hit_rate_minus_llama_cpp": (r["multi_session"]["radixagent"]["hit_rate"] - lc_hits["hit_rate"]
-                                     if lc_hits else None),
+        "hit_rate_minus_llama_cpp": (
+            r["multi_session"]["radixagent"]["hit_rate"] - lc_hits["hit_rate"] if lc_hits else None
+        ),
         "quantized_decode_4_over_1_sessions": q and q["throughput"].get("decode_4_over_1"),
-        "quantized_cached_ttft_vs_llama_cpp": div(q and q["prefix_reuse"]["ttft_cached_p50_s"],
-                                                  lc and lc["ttft_cached_p50_s"]),
-        "quantized_decode_vs_llama_cpp": div(q and q["prefix_reuse"]["decode_tok_s"], lc and lc["decode_tok_s"]),
+        "quantized_cached_ttft_vs_llama_cpp": div(
+            q and q["prefix_reuse"]["ttft_cached_p50_s"], lc and lc["ttft_cached_p50_s"]
+        ),
+        "quantized_decode_vs_llama_cpp": div(
+            q and q["prefix_reuse"]["decode_tok_s"], lc and lc["decode_tok_s"]
+        ),
     }
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m evals.bench", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m evals.bench",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--out", type=Path, default=Path("docs/benchmarks.md"), help="markdown report")
-    p.add_argument("--json", type=Path, default=None, help="results JSON (default: bench-results.json beside --out)")
-    p.add_argument("--gpu-json", type=Path, default=Path("docs/bench-gpu.json"),
-                   help="GPU figures from `make bench-gpu`, included when the file exists")
+    p.add_argument(
+        "--json", type=Path, default=None, help="results JSON (default: bench-results.json beside --out)"
+    )
+    p.add_argument(
+        "--gpu-json",
+        type=Path,
+        default=Path("docs/bench-gpu.json"),
+        help="GPU figures from `make bench-gpu`, included when the file exists",
+    )
     p.add_argument("--no-peers", action="store_true", help="skip HF transformers and llama.cpp")
-    p.add_argument("--no-suites", action="store_true", help="skip the reduced agent-suite eval (cached vs uncached)")
+    p.add_argument(
+        "--no-suites", action="store_true", help="skip the reduced agent-suite eval (cached vs uncached)"
+    )
     p.add_argument("--quick", action="store_true", help="tiny sizes (a smoke run, not a benchmark)")
-    p.add_argument("--render-only", action="store_true",
-                   help="measure nothing: rewrite --out from the results JSON (and --gpu-json)")
+    p.add_argument(
+        "--render-only",
+        action="store_true",
+        help="measure nothing: rewrite --out from the results JSON (and --gpu-json)",
+    )
     p.add_argument("--doc-tokens", type=int, default=None)
     p.add_argument("--repeats", type=int, default=None)
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     p.add_argument("--peer-threads", type=int, default=None, help="llama.cpp threads (default: as torch)")
-    p.add_argument("--torchao-config", default="int4wo-32",
-                   help="also measure this weight-only quantized mode ('' to skip)")
-    p.add_argument("--only", choices=("kv",), default=None,
-                   help="measure one section and merge it into the existing results JSON and report "
-                   "(kv: the KV cache dtype section, evals/bench_kv.py)")
+    p.add_argument(
+        "--torchao-config",
+        default="int4wo-32",
+        help="also measure this weight-only quantized mode ('' to skip)",
+    )
+    p.add_argument(
+        "--only",
+        choices=("kv",),
+        default=None,
+        help="measure one section and merge it into the existing results JSON and report "
+        "(kv: the KV cache dtype section, evals/bench_kv.py)",
+    )
     p.add_argument("--no-kv", action="store_true", help="skip the KV cache dtype section")
     return p.parse_args(argv)
 
@@ -405,12 +491,21 @@ def main(argv: list[str] | None = None) -> int:
 
         return only_kv(args, json_path, gpu, say)
     cfg = QUICK if args.quick else BenchConfig()
-    overrides = {k: v for k, v in {"doc_tokens": args.doc_tokens, "repeats": args.repeats,
-                                   "threads": args.threads, "peer_threads": args.peer_threads}.items()
-                 if v is not None} | {"torchao_config": args.torchao_config or None}
+    overrides = {
+        k: v
+        for k, v in {
+            "doc_tokens": args.doc_tokens,
+            "repeats": args.repeats,
+            "threads": args.threads,
+            "peer_threads": args.peer_threads,
+        }.items()
+        if v is not None
+    } | {"torchao_config": args.torchao_config or None}
     cfg = replace(cfg, peers=not args.no_peers, **overrides)
     say("loading the engine")
-    engine = Engine(max_total_tokens=32768, max_running_requests=max(16, *cfg.sessions), num_threads=cfg.threads)
+    engine = Engine(
+        max_total_tokens=32768, max_running_requests=max(16, *cfg.sessions), num_threads=cfg.threads
+    )
     try:
         results = run_bench(engine, cfg, say)
         if not args.no_kv:

@@ -27,14 +27,48 @@ from typing import Any
 MODELS: dict[str, dict[str, Any]] = {
     # ModelConfig fields: arch, vocab_size, hidden, layers, heads, kv_heads, head_dim, intermediate,
     # rope_theta, eps, max_positions, tie_embeddings
-    "smollm2-135m-shape": dict(arch="llama", vocab_size=49152, hidden=576, layers=30, heads=9, kv_heads=3,
-                               head_dim=64, intermediate=1536, rope_theta=100000.0, eps=1e-5,
-                               max_positions=8192, tie_embeddings=True),
-    "llama-1b-shape": dict(arch="llama", vocab_size=128256, hidden=2048, layers=16, heads=32, kv_heads=8,
-                           head_dim=64, intermediate=8192, rope_theta=500000.0, eps=1e-5,
-                           max_positions=8192, tie_embeddings=True),
-    "tiny": dict(arch="llama", vocab_size=512, hidden=64, layers=2, heads=4, kv_heads=2, head_dim=16,
-                 intermediate=128, rope_theta=10000.0, eps=1e-5, max_positions=4096, tie_embeddings=True),
+    "smollm2-135m-shape": dict(
+        arch="llama",
+        vocab_size=49152,
+        hidden=576,
+        layers=30,
+        heads=9,
+        kv_heads=3,
+        head_dim=64,
+        intermediate=1536,
+        rope_theta=100000.0,
+        eps=1e-5,
+        max_positions=8192,
+        tie_embeddings=True,
+    ),
+    "llama-1b-shape": dict(
+        arch="llama",
+        vocab_size=128256,
+        hidden=2048,
+        layers=16,
+        heads=32,
+        kv_heads=8,
+        head_dim=64,
+        intermediate=8192,
+        rope_theta=500000.0,
+        eps=1e-5,
+        max_positions=8192,
+        tie_embeddings=True,
+    ),
+    "tiny": dict(
+        arch="llama",
+        vocab_size=512,
+        hidden=64,
+        layers=2,
+        heads=4,
+        kv_heads=2,
+        head_dim=16,
+        intermediate=128,
+        rope_theta=10000.0,
+        eps=1e-5,
+        max_positions=4096,
+        tie_embeddings=True,
+    ),
 }
 DTYPE_NAMES = {"bfloat16": "bfloat16", "float32": "float32", "float16": "float16"}
 
@@ -86,8 +120,13 @@ def bench_model(name: str, args: argparse.Namespace, say) -> dict[str, Any]:
     say(f"{name}: {params / 1e6:.0f}M params built in {time.perf_counter() - t0:.1f} s")
     sessions = tuple(args.sessions)
     pool = max(sessions) * (args.session_tokens + 24 + args.new_tokens) + 4 * (args.doc_tokens + 256)
-    engine = engine_from_model(model, name, max_total_tokens=pool, max_running_requests=max(sessions),
-                               max_queue=max(256, max(sessions)))
+    engine = engine_from_model(
+        model,
+        name,
+        max_total_tokens=pool,
+        max_running_requests=max(sessions),
+        max_queue=max(256, max(sessions)),
+    )
     try:
         runner = EngineRunner(engine, f"radixagent {args.device} {args.dtype}")
         qa = random_prompts(cfg.vocab_size, args.doc_tokens, 6, seed=1)
@@ -95,14 +134,22 @@ def bench_model(name: str, args: argparse.Namespace, say) -> dict[str, Any]:
         runner.generate(qa.questions[0], 8)
         say(f"{name}: prefix reuse, {args.doc_tokens}-token document")
         reuse = prefix_reuse(runner, qa, args.repeats, decode_tokens=args.new_tokens)
-        docs = [random_prompts(cfg.vocab_size, args.session_tokens, 1, seed=100 + i).prompt(0)
-                for i in range(max(sessions))]
+        docs = [
+            random_prompts(cfg.vocab_size, args.session_tokens, 1, seed=100 + i).prompt(0)
+            for i in range(max(sessions))
+        ]
         say(f"{name}: throughput at {sessions} sessions")
         sweep = throughput_sweep(engine, docs, sessions, args.new_tokens)
     finally:
         engine.shutdown()
-    result = {"name": name, "config": asdict(cfg), "params": params, "dtype": args.dtype, "prefix_reuse": reuse,
-              "throughput": sweep}
+    result = {
+        "name": name,
+        "config": asdict(cfg),
+        "params": params,
+        "dtype": args.dtype,
+        "prefix_reuse": reuse,
+        "throughput": sweep,
+    }
     if args.dtype != "float32":
         result["identity_float32"] = identity_fp32(cfg, args, qa)
     return result
@@ -137,30 +184,46 @@ def gpu_markdown(gpu: dict[str, Any]) -> list[str]:
     """The report's GPU section (evals/bench.py renders it when docs/bench-gpu.json exists)."""
     from evals.peers.report import throughput_rows
 
-    out = [f"## GPU figures ({gpu['device_name']}, random weights, `make bench-gpu`)", "",
-           f"torch {gpu['torch']}, measured in {gpu['duration_s']:.0f} s. Seeded random weights in the "
-           "model's shape (timing does not depend on weight values).", "",
-           "| model | params | dtype | prompt tokens | cold TTFT p50 | cached TTFT p50 | speedup | prefill tok/s "
-           "| decode tok/s | greedy cold = cached | same, float32 |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    out = [
+        f"## GPU figures ({gpu['device_name']}, random weights, `make bench-gpu`)",
+        "",
+        f"torch {gpu['torch']}, measured in {gpu['duration_s']:.0f} s. Seeded random weights in the "
+        "model's shape (timing does not depend on weight values).",
+        "",
+        "| model | params | dtype | prompt tokens | cold TTFT p50 | cached TTFT p50 | speedup | prefill tok/s "
+        "| decode tok/s | greedy cold = cached | same, float32 |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for m in gpu["models"]:
         x = m["prefix_reuse"]
         fp32 = m.get("identity_float32")
-        out.append(f"| {m['name']} | {m['params'] / 1e6:.0f}M | {m['dtype']} | {x['prompt_tokens']} "
-                   f"| {x['ttft_cold_p50_s'] * 1e3:.1f} ms | {x['ttft_cached_p50_s'] * 1e3:.1f} ms "
-                   f"| {x['speedup_ttft']:.1f}x | {x['prefill_tok_s']:.0f} | {x['decode_tok_s']:.1f} "
-                   f"| {x['outputs_identical']:.0%} | {'-' if fp32 is None else f'{fp32:.0%}'} |")
+        out.append(
+            f"| {m['name']} | {m['params'] / 1e6:.0f}M | {m['dtype']} | {x['prompt_tokens']} "
+            f"| {x['ttft_cold_p50_s'] * 1e3:.1f} ms | {x['ttft_cached_p50_s'] * 1e3:.1f} ms "
+            f"| {x['speedup_ttft']:.1f}x | {x['prefill_tok_s']:.0f} | {x['decode_tok_s']:.1f} "
+            f"| {x['outputs_identical']:.0%} | {'-' if fp32 is None else f'{fp32:.0%}'} |"
+        )
     for m in gpu["models"]:
         out += ["", f"Throughput, {m['name']}:", "", *throughput_rows(m["throughput"]["rows"])]
     return out
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m evals.bench_gpu", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m evals.bench_gpu",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--device", default="cuda")
-    p.add_argument("--dtype", default=None, choices=sorted(DTYPE_NAMES), help="default bfloat16 (cuda), float32")
-    p.add_argument("--models", default="smollm2-135m-shape,llama-1b-shape", help=f"comma list of {list(MODELS)}")
-    p.add_argument("--tiny", action="store_true", help="the tiny model and small sizes (a check that it runs)")
+    p.add_argument(
+        "--dtype", default=None, choices=sorted(DTYPE_NAMES), help="default bfloat16 (cuda), float32"
+    )
+    p.add_argument(
+        "--models", default="smollm2-135m-shape,llama-1b-shape", help=f"comma list of {list(MODELS)}"
+    )
+    p.add_argument(
+        "--tiny", action="store_true", help="the tiny model and small sizes (a check that it runs)"
+    )
     p.add_argument("--sessions", default="1,4,16,64", type=lambda s: [int(x) for x in s.split(",")])
     p.add_argument("--doc-tokens", type=int, default=2048)
     p.add_argument("--session-tokens", type=int, default=512)
@@ -187,8 +250,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     started = time.perf_counter()
     models = [bench_model(name, args, say) for name in args.models.split(",")]
-    summary = {"device": args.device, "device_name": device_name(args.device), "torch": torch.__version__,
-               "dtype": args.dtype, "models": models, "duration_s": time.perf_counter() - started}
+    summary = {
+        "device": args.device,
+        "device_name": device_name(args.device),
+        "torch": torch.__version__,
+        "dtype": args.dtype,
+        "models": models,
+        "duration_s": time.perf_counter() - started,
+    }
     text = json.dumps(summary, indent=2)
     print(text)
     out = env_str("OUT")

@@ -55,13 +55,21 @@ def ttft_per_step(runs: Sequence[Any], path: Path) -> Path | None:
     plt = _plt()
     fig, ax = plt.subplots(figsize=(8, 4))
     for mode, steps in (("uncached", uncached), ("cached", cached)):
-        ax.plot(range(1, len(steps) + 1), [_field(s, "ttft_s") or 0.0 for s in steps], marker="o",
-                color=COLORS[mode], label=mode)
+        ax.plot(
+            range(1, len(steps) + 1),
+            [_field(s, "ttft_s") or 0.0 for s in steps],
+            marker="o",
+            color=COLORS[mode],
+            label=mode,
+        )
     kinds = [str(_field(s, "kind") or "") for s in cached]
     ax.set_xticks(range(1, len(cached) + 1), [f"{i}\n{k}" for i, k in enumerate(kinds, 1)], fontsize=7)
     ax.set_yscale("log")
-    ax.set(xlabel="model call (step, kind)", ylabel="TTFT (s, log scale)",
-           title=f"TTFT per step, one agent run: {suite} / {item_id}")
+    ax.set(
+        xlabel="model call (step, kind)",
+        ylabel="TTFT (s, log scale)",
+        title=f"TTFT per step, one agent run: {suite} / {item_id}",
+    )
     ax.legend()
     return _save(fig, plt, path)
 
@@ -87,15 +95,22 @@ def hit_rate_per_step(runs: Sequence[Any], path: Path) -> Path | None:
     for suite, rates in lines.items():
         ax.plot(range(1, len(rates) + 1), [100 * r for r in rates], marker="o", label=suite)
     ax.xaxis.set_major_locator(plt.MaxNLocator(integer=True))
-    ax.set(xlabel="step within an item (agent run or chat)", ylabel="prompt tokens from cache (%)",
-           ylim=(0, 105), title="Cache hit rate per step (cached mode, mean over items)")
+    ax.set(
+        xlabel="step within an item (agent run or chat)",
+        ylabel="prompt tokens from cache (%)",
+        ylim=(0, 105),
+        title="Cache hit rate per step (cached mode, mean over items)",
+    )
     ax.legend()
     return _save(fig, plt, path)
 
 
 def speedup_per_suite(results: dict[str, Any], path: Path) -> Path | None:
-    suites = [(n, e) for n, e in results.get("suites", {}).items()
-              if e.get("speedup_ttft_p50") is not None or e.get("speedup_e2e") is not None]
+    suites = [
+        (n, e)
+        for n, e in results.get("suites", {}).items()
+        if e.get("speedup_ttft_p50") is not None or e.get("speedup_e2e") is not None
+    ]
     if not suites:
         return None
     plt = _plt()
@@ -124,23 +139,32 @@ def resources(samples: Sequence[Sample], pool_capacity_bytes: int | None, path: 
         return None
     plt = _plt()
     has_cache = any(s.cache_bytes is not None for s in samples)
-    fig, axes = plt.subplots(2 if has_cache else 1, 1, figsize=(9, 6 if has_cache else 3.5), sharex=True,
-                             squeeze=False)
+    fig, axes = plt.subplots(
+        2 if has_cache else 1, 1, figsize=(9, 6 if has_cache else 3.5), sharex=True, squeeze=False
+    )
     top = axes[0][0]
     ts, mib = [s.t_s for s in samples], 2**20
     top.plot(ts, [s.rss_bytes / mib for s in samples], color="#264653", label="process RSS")
     if any(s.gpu_bytes is not None for s in samples):
-        top.plot(ts, [(s.gpu_bytes or 0) / mib for s in samples], color="#8338ec", label="GPU memory allocated")
+        top.plot(
+            ts, [(s.gpu_bytes or 0) / mib for s in samples], color="#8338ec", label="GPU memory allocated"
+        )
     top.set(ylabel="MiB", title="Memory during the eval (shaded: cached phases)")
     top.set_ylim(0, max(s.rss_bytes for s in samples) / mib * 1.2)
     top.legend(fontsize=8, loc="lower right")
     _shade_phases(top, samples)
     if has_cache:
         low = axes[1][0]
-        low.plot(ts, [(s.cache_bytes or 0) / mib for s in samples], color=COLORS["cached"],
-                 label="prefix cache in use (KV)")
+        low.plot(
+            ts,
+            [(s.cache_bytes or 0) / mib for s in samples],
+            color=COLORS["cached"],
+            label="prefix cache in use (KV)",
+        )
         if pool_capacity_bytes:
-            low.axhline(pool_capacity_bytes / mib, color="black", linestyle="dashed", label="KV pool capacity")
+            low.axhline(
+                pool_capacity_bytes / mib, color="black", linestyle="dashed", label="KV pool capacity"
+            )
         peak = max([s.cache_bytes or 0 for s in samples] + [pool_capacity_bytes or 0])
         low.set(ylabel="MiB", ylim=(0, max(peak / mib * 1.15, 1.0)))
         low.legend(fontsize=8, loc="lower right")
@@ -160,8 +184,15 @@ def _shade_phases(ax: Any, samples: Sequence[Sample], labels: bool = True) -> No
                 if phase.endswith("/cached"):
                     ax.axvspan(t0, t1, color=COLORS["cached"], alpha=0.08)
                 if labels:
-                    ax.text((t0 + t1) / 2, 0.97, phase.replace("/", "\n"), transform=ax.get_xaxis_transform(),
-                            ha="center", va="top", fontsize=6)
+                    ax.text(
+                        (t0 + t1) / 2,
+                        0.97,
+                        phase.replace("/", "\n"),
+                        transform=ax.get_xaxis_transform(),
+                        ha="center",
+                        va="top",
+                        fontsize=6,
+                    )
             start = i
 
 

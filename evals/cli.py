@@ -25,31 +25,55 @@ def _suites(text: str) -> tuple[str, ...]:
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="radixagent eval", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="radixagent eval", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--suite", type=_suites, default=SUITE_NAMES, help="comma list (default: all)")
     p.add_argument("--backend", default="embedded", help="embedded (default) or a server URL")
-    p.add_argument("--uncached-backend", default=None, metavar="URL",
-                   help="a second server started with --disable-radix-cache for the uncached mode")
-    p.add_argument("--uncached-method", choices=METHODS, default="auto",
-                   help="server URL only: prefix_cache=false per request (flag), flush before every "
-                        "request (flush), or probe the server (auto, default)")
-    p.add_argument("--warmup", type=int, default=None, help="warm-up requests per mode, not counted (default 3)")
+    p.add_argument(
+        "--uncached-backend",
+        default=None,
+        metavar="URL",
+        help="a second server started with --disable-radix-cache for the uncached mode",
+    )
+    p.add_argument(
+        "--uncached-method",
+        choices=METHODS,
+        default="auto",
+        help="server URL only: prefix_cache=false per request (flag), flush before every "
+        "request (flush), or probe the server (auto, default)",
+    )
+    p.add_argument(
+        "--warmup", type=int, default=None, help="warm-up requests per mode, not counted (default 3)"
+    )
     p.add_argument("--repeats", type=int, default=1, help="runs of each suite per mode (default 1)")
     p.add_argument("--limit", type=int, default=None, help="at most N items per suite")
     p.add_argument("--concurrency", type=int, default=1, help="agents in flight per suite (default 1)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--reduced", action="store_true",
-                   help="the `make bench` configuration: a few items per suite (--limit overrides)")
-    p.add_argument("--head-sweep", type=int, default=2, metavar="N",
-                   help="questions of the accuracy/TTFT-vs-head-length sweep, run with longdoc (0: off; default 2)")
+    p.add_argument(
+        "--reduced",
+        action="store_true",
+        help="the `make bench` configuration: a few items per suite (--limit overrides)",
+    )
+    p.add_argument(
+        "--head-sweep",
+        type=int,
+        default=2,
+        metavar="N",
+        help="questions of the accuracy/TTFT-vs-head-length sweep, run with longdoc (0: off; default 2)",
+    )
     p.add_argument("--max-total-tokens", type=int, default=None, help="embedded: KV pool size in tokens")
     p.add_argument("--out", type=Path, default=Path("out/eval"), help="output folder (default out/eval)")
     p.add_argument("--baseline", type=Path, default=None, help="a previous results.json to compare with")
-    p.add_argument("--fail-on-regression", action="store_true",
-                   help="exit 1 when --baseline shows a regression")
-    p.add_argument("--speedup-tolerance", type=float, default=0.10,
-                   help="relative speedup drop flagged as a regression (default 0.10)")
+    p.add_argument(
+        "--fail-on-regression", action="store_true", help="exit 1 when --baseline shows a regression"
+    )
+    p.add_argument(
+        "--speedup-tolerance",
+        type=float,
+        default=0.10,
+        help="relative speedup drop flagged as a regression (default 0.10)",
+    )
     return p.parse_args(argv)
 
 
@@ -78,8 +102,12 @@ class RichListener(Listener):
     def done(self, run: ModeRun) -> None:
         if self.task is not None:
             status = "[red]failed[/red]" if run.error else f"{run.wall_s:.1f} s"
-            self.progress.update(self.task, total=len(run.calls), completed=len(run.calls),
-                                 description=f"{run.suite:<9} {run.mode:<8} #{run.repeat + 1} {status}")
+            self.progress.update(
+                self.task,
+                total=len(run.calls),
+                completed=len(run.calls),
+                description=f"{run.suite:<9} {run.mode:<8} #{run.repeat + 1} {status}",
+            )
 
 
 def main(argv: list[str]) -> int:
@@ -99,13 +127,24 @@ def main(argv: list[str]) -> int:
     engine_options = {"max_total_tokens": args.max_total_tokens} if args.max_total_tokens else {}
     with console.status(f"connecting to {args.backend} ..."):
         try:
-            setup = open_setup(args.backend, concurrency=args.concurrency, method=args.uncached_method,
-                               uncached_target=args.uncached_backend, **engine_options)
+            setup = open_setup(
+                args.backend,
+                concurrency=args.concurrency,
+                method=args.uncached_method,
+                uncached_target=args.uncached_backend,
+                **engine_options,
+            )
         except Exception as exc:  # a bad URL / server down / engine config: say so, no traceback
             console.print(f"[red]error:[/red] cannot open {args.backend}: {exc}")
             return 2
-    columns = (SpinnerColumn(), "{task.description}", BarColumn(), MofNCompleteColumn(), "calls",
-               TimeElapsedColumn())
+    columns = (
+        SpinnerColumn(),
+        "{task.description}",
+        BarColumn(),
+        MofNCompleteColumn(),
+        "calls",
+        TimeElapsedColumn(),
+    )
     try:
         with Progress(*columns, console=console) as progress:
             run = run_eval(setup, config, RichListener(progress))
@@ -121,7 +160,9 @@ def _finish(run, args: argparse.Namespace, rules: RegressionRules, console) -> i
     for name, entry in run.results["suites"].items():
         console.print(verdict(name, entry).replace("**", ""))
     for r in regressions:
-        console.print(f"[red]regression[/red] {r.suite} {r.metric}: {r.before:.3g} -> {r.after:.3g} ({r.note})")
+        console.print(
+            f"[red]regression[/red] {r.suite} {r.metric}: {r.before:.3g} -> {r.after:.3g} ({r.note})"
+        )
     console.print(f"report: {args.out / 'report.md'}")
     if run.results.get("partial"):
         console.print("[yellow]partial results[/yellow] (interrupted or a suite failed)")

@@ -54,6 +54,7 @@ def compare_outputs(a: Sequence[CallRecord], b: Sequence[CallRecord]) -> Compari
     call without a partner (its prompt never happened in the other run, because an earlier output
     diverged) counts as not identical. Failed calls are left out of both runs.
     """
+
     def keyed(calls: Sequence[CallRecord]) -> dict[tuple[str, int], CallRecord]:
         seen: Counter[str] = Counter()
         out = {}
@@ -68,8 +69,13 @@ def compare_outputs(a: Sequence[CallRecord], b: Sequence[CallRecord]) -> Compari
     return Comparison(compared=max(len(ka), len(kb)), identical=same)
 
 
-def mode_metrics(calls: Sequence[CallRecord], e2e_s: Sequence[float], accuracy: Sequence[float],
-                 identical: float | None, items: int) -> dict[str, Any]:
+def mode_metrics(
+    calls: Sequence[CallRecord],
+    e2e_s: Sequence[float],
+    accuracy: Sequence[float],
+    identical: float | None,
+    items: int,
+) -> dict[str, Any]:
     """One mode of one suite. `e2e_s`/`accuracy`: one value per repeat (median / mean reported)."""
     ok = [c for c in calls if c.error is None]
     prompt = sum(c.prompt_tokens for c in ok)
@@ -101,8 +107,9 @@ def ratio(slow: float | None, fast: float | None) -> float | None:
     return slow / fast
 
 
-def suite_entry(cached: dict[str, Any] | None, uncached: dict[str, Any] | None,
-                comparison: Comparison | None) -> dict[str, Any]:
+def suite_entry(
+    cached: dict[str, Any] | None, uncached: dict[str, Any] | None, comparison: Comparison | None
+) -> dict[str, Any]:
     """The per-suite object of results.json; a missing mode (interrupted run) gives None speedups."""
     entry: dict[str, Any] = {"cached": cached, "uncached": uncached}
     c, u = cached or {}, uncached or {}
@@ -121,8 +128,14 @@ def target_checks(name: str, entry: dict[str, Any]) -> list[tuple[str, float, fl
         value = entry.get(metric)
         checks.append((metric, target, value, None if value is None else value >= target))
     value = (entry.get("cached") or {}).get("outputs_identical")
-    checks.append(("outputs_identical", IDENTICAL_TARGET, value,
-                   None if value is None else value >= IDENTICAL_TARGET - 1e-12))
+    checks.append(
+        (
+            "outputs_identical",
+            IDENTICAL_TARGET,
+            value,
+            None if value is None else value >= IDENTICAL_TARGET - 1e-12,
+        )
+    )
     return checks
 
 
@@ -149,8 +162,9 @@ class Regression(NamedTuple):
     note: str
 
 
-def find_regressions(current: dict[str, Any], baseline: dict[str, Any],
-                     rules: RegressionRules | None = None) -> list[Regression]:
+def find_regressions(
+    current: dict[str, Any], baseline: dict[str, Any], rules: RegressionRules | None = None
+) -> list[Regression]:
     """Suites present in both results whose metrics got worse beyond `rules`."""
     rules = rules or RegressionRules()
     found: list[Regression] = []
@@ -166,10 +180,20 @@ def _suite_regressions(name: str, now: dict, before: dict, rules: RegressionRule
     for metric in ("speedup_ttft_p50", "speedup_e2e"):
         b, a = before.get(metric), now.get(metric)
         if b and a is not None and a < b * (1 - rules.speedup_drop):
-            out.append(Regression(name, metric, b, a, f"dropped {100 * (1 - a / b):.0f}% "
-                                                       f"(allowed {100 * rules.speedup_drop:.0f}%)"))
-    absolute = (("outputs_identical", rules.identical_drop), ("accuracy", rules.accuracy_drop),
-                ("hit_rate", rules.hit_rate_drop))
+            out.append(
+                Regression(
+                    name,
+                    metric,
+                    b,
+                    a,
+                    f"dropped {100 * (1 - a / b):.0f}% (allowed {100 * rules.speedup_drop:.0f}%)",
+                )
+            )
+    absolute = (
+        ("outputs_identical", rules.identical_drop),
+        ("accuracy", rules.accuracy_drop),
+        ("hit_rate", rules.hit_rate_drop),
+    )
     for metric, allowed in absolute:
         b = (before.get("cached") or {}).get(metric)
         a = (now.get("cached") or {}).get(metric)

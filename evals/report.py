@@ -25,7 +25,11 @@ ROWS = (  # (key, label, format) of the per-mode table
     ("outputs_identical", "outputs identical", "{:.0%}"),
     ("accuracy", "accuracy", "{:.0%}"),
 )
-LABELS = {"speedup_ttft_p50": "TTFT p50", "speedup_e2e": "end-to-end", "outputs_identical": "identical outputs"}
+LABELS = {
+    "speedup_ttft_p50": "TTFT p50",
+    "speedup_e2e": "end-to-end",
+    "outputs_identical": "identical outputs",
+}
 
 
 def fmt(value: Any, pattern: str = "{}") -> str:
@@ -43,16 +47,22 @@ def verdict(name: str, entry: dict[str, Any]) -> str:
         return f"{name}: incomplete (only {'cached' if c else 'uncached' if u else 'no'} mode measured)."
     ttft, e2e = entry.get("speedup_ttft_p50"), entry.get("speedup_e2e")
     parts = [f"cached TTFT p50 {_speed_words(ttft)}, end-to-end {_speed_words(e2e)}"]
-    parts.append(f"{c['hit_rate']:.0%} of prompt tokens came from the cache "
-                 f"({c['prefill_tokens_computed']:,} prefilled instead of {u['prefill_tokens_computed']:,})")
+    parts.append(
+        f"{c['hit_rate']:.0%} of prompt tokens came from the cache "
+        f"({c['prefill_tokens_computed']:,} prefilled instead of {u['prefill_tokens_computed']:,})"
+    )
     same, compared = entry.get("identical_calls"), entry.get("compared_calls")
     if compared:
         parts.append(f"outputs identical in {same / compared:.0%} of {compared} calls")
     if c.get("accuracy") is not None:
         parts.append(f"accuracy {c['accuracy']:.0%} cached / {fmt(u.get('accuracy'), '{:.0%}')} uncached")
     checks = target_checks(name, entry)
-    missed = [f"{LABELS[m]} {_x(v) if m != 'outputs_identical' else fmt(v, '{:.0%}')} < "
-              f"{_x(t) if m != 'outputs_identical' else f'{t:.0%}'}" for m, t, v, ok in checks if ok is False]
+    missed = [
+        f"{LABELS[m]} {_x(v) if m != 'outputs_identical' else fmt(v, '{:.0%}')} < "
+        f"{_x(t) if m != 'outputs_identical' else f'{t:.0%}'}"
+        for m, t, v, ok in checks
+        if ok is False
+    ]
     status = "all targets met" if not missed else "target missed: " + ", ".join(missed)
     return f"**{name}**: " + "; ".join(parts) + f". {status.capitalize()}."
 
@@ -71,33 +81,58 @@ def markdown_section(results: dict[str, Any], heading: str = "## Agent suites: c
     lines = [heading, ""]
     if results.get("partial"):
         lines += ["> **Partial run** (interrupted or a suite failed): numbers cover what finished.", ""]
-    lines += [f"Model `{results.get('model')}` on {results.get('backend')}; {results.get('machine')}.",
-              f"Uncached baseline: {results.get('uncached_method')}.", ""]
-    lines += ["| suite | TTFT p50 speedup | end-to-end speedup | hit rate | identical outputs | targets |",
-              "|---|---|---|---|---|---|"]
+    lines += [
+        f"Model `{results.get('model')}` on {results.get('backend')}; {results.get('machine')}.",
+        f"Uncached baseline: {results.get('uncached_method')}.",
+        "",
+    ]
+    lines += [
+        "| suite | TTFT p50 speedup | end-to-end speedup | hit rate | identical outputs | targets |",
+        "|---|---|---|---|---|---|",
+    ]
     for name, e in suites.items():
         c = e.get("cached") or {}
         checks = target_checks(name, e)
-        met = "met" if all(ok for *_, ok in checks) else "missed" if any(ok is False for *_, ok in checks) else "n/a"
-        lines.append(f"| {name} | {_x(e.get('speedup_ttft_p50'))} | {_x(e.get('speedup_e2e'))} | "
-                     f"{fmt(c.get('hit_rate'), '{:.1%}')} | {fmt(c.get('outputs_identical'), '{:.0%}')} | {met} |")
+        met = (
+            "met"
+            if all(ok for *_, ok in checks)
+            else "missed"
+            if any(ok is False for *_, ok in checks)
+            else "n/a"
+        )
+        lines.append(
+            f"| {name} | {_x(e.get('speedup_ttft_p50'))} | {_x(e.get('speedup_e2e'))} | "
+            f"{fmt(c.get('hit_rate'), '{:.1%}')} | {fmt(c.get('outputs_identical'), '{:.0%}')} | {met} |"
+        )
     lines += [""] + [f"- {verdict(name, e)}" for name, e in suites.items()] + [""]
-    lines += ["| metric | " + " | ".join(f"{n} cached | {n} uncached" for n in suites) + " |",
-              "|---|" + "---|---|" * len(suites)]
+    lines += [
+        "| metric | " + " | ".join(f"{n} cached | {n} uncached" for n in suites) + " |",
+        "|---|" + "---|---|" * len(suites),
+    ]
     for key, label, pattern in ROWS:
-        cells = [fmt((e.get(m) or {}).get(key), pattern) for e in suites.values() for m in ("cached", "uncached")]
+        cells = [
+            fmt((e.get(m) or {}).get(key), pattern) for e in suites.values() for m in ("cached", "uncached")
+        ]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
-def report_markdown(results: dict[str, Any], chart_paths: list[Path], regressions: list[Regression] | None,
-                    baseline: str | None) -> str:
+def report_markdown(
+    results: dict[str, Any],
+    chart_paths: list[Path],
+    regressions: list[Regression] | None,
+    baseline: str | None,
+) -> str:
     cfg = results.get("config", {})
-    head = ["# radixagent eval: cached vs uncached", "",
-            f"Measured {results.get('created')} in {results.get('wall_s', 0):.0f} s: suites "
-            f"{', '.join(cfg.get('suites', []))}; {cfg.get('repeats')} repeat(s); {cfg.get('warmup')} warm-up "
-            f"request(s) per mode before measuring (not counted); items per suite: {_limits(cfg)}; concurrency {cfg.get('concurrency')}. Greedy decoding; "
-            "TTFT percentiles over every model call; end-to-end = wall time of the whole suite.", ""]
+    head = [
+        "# radixagent eval: cached vs uncached",
+        "",
+        f"Measured {results.get('created')} in {results.get('wall_s', 0):.0f} s: suites "
+        f"{', '.join(cfg.get('suites', []))}; {cfg.get('repeats')} repeat(s); {cfg.get('warmup')} warm-up "
+        f"request(s) per mode before measuring (not counted); items per suite: {_limits(cfg)}; concurrency {cfg.get('concurrency')}. Greedy decoding; "
+        "TTFT percentiles over every model call; end-to-end = wall time of the whole suite.",
+        "",
+    ]
     body = [markdown_section(results, "## Results")]
     body += headlen.markdown(results.get("head_length") or {})
     body += _resources_md(results.get("resources") or {})
@@ -110,7 +145,9 @@ def report_markdown(results: dict[str, Any], chart_paths: list[Path], regression
 def _limits(cfg: dict[str, Any]) -> str:
     per_suite = cfg.get("suite_limits") or {}
     default = "all" if cfg.get("limit") is None else f"at most {cfg['limit']}"
-    return ", ".join([f"{n} {k}" for n, k in per_suite.items()] + [f"{default} otherwise" if per_suite else default])
+    return ", ".join(
+        [f"{n} {k}" for n, k in per_suite.items()] + [f"{default} otherwise" if per_suite else default]
+    )
 
 
 def _resources_md(res: dict[str, Any]) -> list[str]:
@@ -121,12 +158,18 @@ def _resources_md(res: dict[str, Any]) -> list[str]:
     def m(v: int | None) -> str:
         return "n/a" if v is None else f"{v / mib:,.0f} MiB"
 
-    lines = ["## Memory", "", f"{res['samples']} samples: process RSS {m(res.get('rss_start_bytes'))} at start, "
-             f"{m(res.get('rss_peak_bytes'))} at peak."]
+    lines = [
+        "## Memory",
+        "",
+        f"{res['samples']} samples: process RSS {m(res.get('rss_start_bytes'))} at start, "
+        f"{m(res.get('rss_peak_bytes'))} at peak.",
+    ]
     if res.get("pool_capacity_bytes"):
-        lines.append(f"Prefix cache peak {m(res.get('cache_peak_bytes'))} of a {m(res['pool_capacity_bytes'])} "
-                     "KV pool: the pool is preallocated, so the cache can fill it but never grow past it "
-                     "(evicting instead).")
+        lines.append(
+            f"Prefix cache peak {m(res.get('cache_peak_bytes'))} of a {m(res['pool_capacity_bytes'])} "
+            "KV pool: the pool is preallocated, so the cache can fill it but never grow past it "
+            "(evicting instead)."
+        )
     if res.get("gpu_peak_bytes") is not None:
         lines.append(f"GPU memory allocated at peak {m(res['gpu_peak_bytes'])}.")
     return lines + [""]
@@ -137,13 +180,16 @@ def _regressions_md(regressions: list[Regression], baseline: str) -> list[str]:
     if not regressions:
         return lines + ["No regressions.", ""]
     lines += ["| suite | metric | before | after | |", "|---|---|---|---|---|"]
-    lines += [f"| {r.suite} | {r.metric} | {r.before:.3g} | {r.after:.3g} | REGRESSION: {r.note} |"
-              for r in regressions]
+    lines += [
+        f"| {r.suite} | {r.metric} | {r.before:.3g} | {r.after:.3g} | REGRESSION: {r.note} |"
+        for r in regressions
+    ]
     return lines + [""]
 
 
-def write_outputs(run: Any, out_dir: Path, baseline: str | Path | None = None,
-                  rules: RegressionRules | None = None) -> list[Regression]:
+def write_outputs(
+    run: Any, out_dir: Path, baseline: str | Path | None = None, rules: RegressionRules | None = None
+) -> list[Regression]:
     """Write every artefact of `run` (an `EvalRun`) into `out_dir`; the regressions against
     `baseline` (a previous results.json) are returned and recorded in results.json and report.md."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -156,15 +202,19 @@ def write_outputs(run: Any, out_dir: Path, baseline: str | Path | None = None,
     with (out_dir / "calls.jsonl").open("w", encoding="utf-8") as handle:
         for r in run.runs:
             for call in r.calls:
-                handle.write(json.dumps({"suite": r.suite, "mode": r.mode, "repeat": r.repeat,
-                                         **call.to_dict()}) + "\n")
+                handle.write(
+                    json.dumps({"suite": r.suite, "mode": r.mode, "repeat": r.repeat, **call.to_dict()})
+                    + "\n"
+                )
     (out_dir / "resources.json").write_text(json.dumps([s.to_dict() for s in run.samples]))
     pool = (run.results.get("resources") or {}).get("pool_capacity_bytes")
-    made = [charts.ttft_per_step(run.runs, out_dir / "ttft_per_step.png"),
-            charts.hit_rate_per_step(run.runs, out_dir / "hit_rate_per_step.png"),
-            charts.speedup_per_suite(run.results, out_dir / "speedup.png"),
-            charts.resources(run.samples, pool, out_dir / "memory.png"),
-            headlen.chart(run.results.get("head_length") or {}, out_dir / "head_length.png")]
+    made = [
+        charts.ttft_per_step(run.runs, out_dir / "ttft_per_step.png"),
+        charts.hit_rate_per_step(run.runs, out_dir / "hit_rate_per_step.png"),
+        charts.speedup_per_suite(run.results, out_dir / "speedup.png"),
+        charts.resources(run.samples, pool, out_dir / "memory.png"),
+        headlen.chart(run.results.get("head_length") or {}, out_dir / "head_length.png"),
+    ]
     paths = [p for p in made if p is not None]
     text = report_markdown(run.results, paths, regressions, None if baseline is None else str(baseline))
     (out_dir / "report.md").write_text(text)

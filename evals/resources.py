@@ -80,7 +80,9 @@ class ResourceSampler:
                 cache_bytes, self.pool_capacity_bytes = self.cache_probe()
             except Exception:  # a probe failing (engine shut down) must not stop the eval
                 self.cache_probe = None
-        sample = Sample(t_s=t_s, rss_bytes=rss, gpu_bytes=_gpu_bytes(), cache_bytes=cache_bytes, phase=self.phase)
+        sample = Sample(
+            t_s=t_s, rss_bytes=rss, gpu_bytes=_gpu_bytes(), cache_bytes=cache_bytes, phase=self.phase
+        )
         with self._lock:
             self.samples.append(sample)
 

@@ -93,7 +93,9 @@ def run_eval(setup: EvalSetup, config: EvalConfig, listener: Listener | None = N
     listener = listener or Listener()
     recorders = {
         "cached": RecordingBackend(setup.cached, True, on_call=listener.call),
-        "uncached": RecordingBackend(setup.uncached, False, flush_each=setup.flush_each, on_call=listener.call),
+        "uncached": RecordingBackend(
+            setup.uncached, False, flush_each=setup.flush_each, on_call=listener.call
+        ),
     }
     sampler = ResourceSampler(config.sample_interval_s, setup.cache_probe).start()
     runs: list[ModeRun] = []
@@ -130,14 +132,26 @@ def warm_up(setup: EvalSetup, n: int) -> None:
     setup.cached.flush_cache()
 
 
-def _run_mode(setup: EvalSetup, recorder: RecordingBackend, name: str, mode: str, repeat: int,
-              config: EvalConfig, sampler: ResourceSampler) -> ModeRun:
+def _run_mode(
+    setup: EvalSetup,
+    recorder: RecordingBackend,
+    name: str,
+    mode: str,
+    repeat: int,
+    config: EvalConfig,
+    sampler: ResourceSampler,
+) -> ModeRun:
     recorder.reset()
     if mode == "cached":
         setup.cached.flush_cache()  # every cached pass starts cold: hits come from the suite itself
     sampler.phase = f"{name}/{mode}"
-    options = SuiteOptions(limit=config.limit_for(name), seed=config.seed, concurrency=config.concurrency,
-                           prefix_cache=mode == "cached", progress=False)
+    options = SuiteOptions(
+        limit=config.limit_for(name),
+        seed=config.seed,
+        concurrency=config.concurrency,
+        prefix_cache=mode == "cached",
+        progress=False,
+    )
     started = time.perf_counter()
     outcome, error = None, None
     try:
@@ -176,8 +190,9 @@ def _keep_interrupted(runs: list[ModeRun], recorders: dict[str, RecordingBackend
 
 
 # ---- results ------------------------------------------------------------------------------------
-def build_results(setup: EvalSetup, config: EvalConfig, runs: Sequence[ModeRun], partial: bool,
-                  wall_s: float) -> dict[str, Any]:
+def build_results(
+    setup: EvalSetup, config: EvalConfig, runs: Sequence[ModeRun], partial: bool, wall_s: float
+) -> dict[str, Any]:
     suites = {}
     for name in config.suites:
         entry = suite_results([r for r in runs if r.suite == name])
@@ -201,7 +216,9 @@ def suite_results(runs: Sequence[ModeRun]) -> dict[str, Any] | None:
     modes = {m: _mode(done[m], comparison) if done[m] else None for m in MODES}
     entry = suite_entry(modes["cached"], modes["uncached"], comparison)
     if done["cached"] and done["uncached"]:
-        entry["answers_identical"] = _answers_identical(done["cached"][0].outcome, done["uncached"][0].outcome)
+        entry["answers_identical"] = _answers_identical(
+            done["cached"][0].outcome, done["uncached"][0].outcome
+        )
     errors = [f"{r.mode} #{r.repeat}: {r.error}" for r in runs if r.error]
     if errors:
         entry["errors"] = errors

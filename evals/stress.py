@@ -104,7 +104,9 @@ def run_fuzz(cfg: StressConfig, out: Path) -> dict[str, Any]:
 def run_requests(cfg: StressConfig, out: Path) -> dict[str, Any]:
     env = {} if cfg.quick else {"RADIXAGENT_FUZZ_LONG": "1"}
     started = time.monotonic()
-    rc, text = _pytest(["tests/hardening/test_fuzz_requests.py"], cfg.fuzz_timeout_s, out / "requests.log", env)
+    rc, text = _pytest(
+        ["tests/hardening/test_fuzz_requests.py"], cfg.fuzz_timeout_s, out / "requests.log", env
+    )
     match = re.search(r"fuzz-requests: (\{.*\})", text)
     found = json.loads(match.group(1)) if match else {}
     statuses = {k: int(v) for k, v in found.get("statuses", {}).items()}

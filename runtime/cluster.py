@@ -260,7 +260,9 @@ class Cluster:
         log = log_dir / f"{name}.log"
         with open(log, "ab" if append else "wb") as fh:
             if append:
-                fh.write(f"\n--- {name} restarted on port {port} at {time.strftime('%H:%M:%S')} ---\n".encode())
+                fh.write(
+                    f"\n--- {name} restarted on port {port} at {time.strftime('%H:%M:%S')} ---\n".encode()
+                )
                 fh.flush()
             popen = subprocess.Popen(
                 cmd_for(port), stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,

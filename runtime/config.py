@@ -79,8 +79,10 @@ def torchao_problems(config: str, device: str, dtype: str) -> list[str]:
     if config not in TORCHAO_CONFIGS:
         return [f"torchao_config must be one of {TORCHAO_CONFIGS}"]
     if device != "cpu":
-        return [f"torchao_config {config} is implemented for the CPU engine only; on a GPU "
-                "run SGLang with the same --torchao-config (radixagent launch-sglang)"]
+        return [
+            f"torchao_config {config} is implemented for the CPU engine only; on a GPU "
+            "run SGLang with the same --torchao-config (radixagent launch-sglang)"
+        ]
     if dtype != "bfloat16":
         return [f"torchao_config {config} runs bfloat16 activations: dtype must be bfloat16"]
     return []

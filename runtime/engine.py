@@ -37,12 +37,17 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 def check_total_tokens(prompt_len: int, params: Any, sp: SamplingParams, context_length: int) -> None:
     """SGLang's check: an explicit max_new_tokens that cannot fit the context window is an error
     (an unset one is clamped later)."""
-    explicit = (params.get("max_new_tokens") is not None if isinstance(params, dict)
-                else isinstance(params, SamplingParams))
+    explicit = (
+        params.get("max_new_tokens") is not None
+        if isinstance(params, dict)
+        else isinstance(params, SamplingParams)
+    )
     if explicit and prompt_len + sp.max_new_tokens > context_length:
-        raise PromptTooLong(f"max_new_tokens: requested {prompt_len + sp.max_new_tokens} tokens "
-                            f"({prompt_len} prompt + {sp.max_new_tokens} new) but the context window is "
-                            f"{context_length}; lower max_new_tokens (max_tokens) or the prompt")
+        raise PromptTooLong(
+            f"max_new_tokens: requested {prompt_len + sp.max_new_tokens} tokens "
+            f"({prompt_len} prompt + {sp.max_new_tokens} new) but the context window is "
+            f"{context_length}; lower max_new_tokens (max_tokens) or the prompt"
+        )
 
 
 class Engine:
@@ -52,12 +57,19 @@ class Engine:
             torch.set_num_threads(self.config.num_threads)
         started = time.perf_counter()
         in_fresh_thread(self._load)  # keeps the caller's thread free of an OpenMP pool (runtime/threads.py)
-        log.info("engine ready in %.1fs: %s, %s%s, pool %d tokens (%.0f MiB, KV %s %d B/token), policy %s, cache %s",
-                 time.perf_counter() - started, self.model_name, self.config.dtype,
-                 f" {self.config.torchao_config}" if self.config.torchao_config else "", self.pool.size,
-                 self.pool.capacity_bytes / 2**20, self.pool.fmt.name, self.kv_bytes_per_token,
-                 self.config.radix_eviction_policy,
-                 "off" if self.config.disable_radix_cache else "on")
+        log.info(
+            "engine ready in %.1fs: %s, %s%s, pool %d tokens (%.0f MiB, KV %s %d B/token), policy %s, cache %s",
+            time.perf_counter() - started,
+            self.model_name,
+            self.config.dtype,
+            f" {self.config.torchao_config}" if self.config.torchao_config else "",
+            self.pool.size,
+            self.pool.capacity_bytes / 2**20,
+            self.pool.fmt.name,
+            self.kv_bytes_per_token,
+            self.config.radix_eviction_policy,
+            "off" if self.config.disable_radix_cache else "on",
+        )
 
     def _load(self) -> None:
         loaded = model_files.load(self.config.model_path, torch.float32)
@@ -67,23 +79,43 @@ class Engine:
     def _build_model(self, loaded: model_files.LoadedModel) -> LlamaModel | HFModel:
         dtype, device = DTYPES[self.config.dtype], self.config.device
         if loaded.hf_config.model_type in SUPPORTED:
-            return LlamaModel(ModelConfig.from_hf(loaded.hf_config), loaded.state_dict, dtype, device,
-                              self.config.torchao_config)
+            return LlamaModel(
+                ModelConfig.from_hf(loaded.hf_config),
+                loaded.state_dict,
+                dtype,
+                device,
+                self.config.torchao_config,
+            )
         if self.config.torchao_config:
-            raise ValueError(f"torchao_config needs the compact forward; {loaded.hf_config.model_type} has none")
-        log.warning("%s has no compact forward: using the HF transformers fallback (slower)",
-                    loaded.hf_config.model_type)
+            raise ValueError(
+                f"torchao_config needs the compact forward; {loaded.hf_config.model_type} has none"
+            )
+        log.warning(
+            "%s has no compact forward: using the HF transformers fallback (slower)",
+            loaded.hf_config.model_type,
+        )
         return HFModel(loaded.hf_model, dtype, device)
 
     @classmethod
-    def from_model(cls, model: LlamaModel | HFModel, tokenizer: Any, name: str, eos_ids: set[int] | None = None,
-                   **config: Any) -> Engine:
+    def from_model(
+        cls,
+        model: LlamaModel | HFModel,
+        tokenizer: Any,
+        name: str,
+        eos_ids: set[int] | None = None,
+        **config: Any,
+    ) -> Engine:
         """An engine around weights built elsewhere (e.g. seeded random weights for GPU timing,
         where no model file can be brought). `tokenizer` needs `decode`; prompts then come as ids."""
         dtype = next(k for k, v in DTYPES.items() if v == model.dtype)
         engine = object.__new__(cls)
-        engine.config = EngineConfig(device=str(model.device), dtype=dtype, served_model_name=name,
-                                     torchao_config=getattr(model, "torchao_config", None), **config)
+        engine.config = EngineConfig(
+            device=str(model.device),
+            dtype=dtype,
+            served_model_name=name,
+            torchao_config=getattr(model, "torchao_config", None),
+            **config,
+        )
         in_fresh_thread(lambda: engine._assemble(model, tokenizer, f"built:{name}", name, set(eos_ids or ())))
         return engine
 
@@ -91,15 +123,21 @@ class Engine:
         """A second engine over the same weights with its own pool, cache and config overrides
         (e.g. the uncached baseline: `engine.sibling(disable_radix_cache=True)`). No reload."""
         if {"model_path", "dtype", "device", "torchao_config"} & overrides.keys():
-            raise InvalidRequest("a sibling shares the weights: model_path, dtype, device and torchao_config "
-                                 "cannot change")
+            raise InvalidRequest(
+                "a sibling shares the weights: model_path, dtype, device and torchao_config cannot change"
+            )
         other = object.__new__(Engine)
         other.config = replace(self.config, **overrides)
-        in_fresh_thread(lambda: other._assemble(self.model, self.tokenizer, self.model_path, self.model_name,
-                                                self.eos_ids))
+        in_fresh_thread(
+            lambda: other._assemble(
+                self.model, self.tokenizer, self.model_path, self.model_name, self.eos_ids
+            )
+        )
         return other
 
-    def _assemble(self, model: LlamaModel | HFModel, tokenizer: Any, path: str, name: str, eos_ids: set[int]) -> None:
+    def _assemble(
+        self, model: LlamaModel | HFModel, tokenizer: Any, path: str, name: str, eos_ids: set[int]
+    ) -> None:
         self.model, self.tokenizer, self.model_path, self.eos_ids = model, tokenizer, path, eos_ids
         self.model_name = self.config.served_model_name or name
         mc = model.cfg
@@ -110,8 +148,10 @@ class Engine:
     def _kv_format(self, model: LlamaModel | HFModel) -> KVFormat:
         fmt = KVFormat.resolve(self.config.kv_cache_dtype, model.dtype, model.kv_dtype)
         if isinstance(model, HFModel) and (fmt.converts or fmt.scaled):
-            raise ValueError(f"kv_cache_dtype {fmt.name} needs the compact forward; the HF fallback for "
-                             f"{model.cfg.arch} stores K/V in its own dtype ({fmt.compute}): use auto")
+            raise ValueError(
+                f"kv_cache_dtype {fmt.name} needs the compact forward; the HF fallback for "
+                f"{model.cfg.arch} stores K/V in its own dtype ({fmt.compute}): use auto"
+            )
         return fmt
 
     def _setup_cache(self, mc: ModelConfig, fmt: KVFormat) -> None:
@@ -125,9 +165,17 @@ class Engine:
         self.sessions = SessionRegistry(clock=time.monotonic)
         kwargs = {"sessions": self.sessions} if cfg.radix_eviction_policy == "session" else {}
         self.cache = RadixCache(self.pool, make_policy(cfg.radix_eviction_policy, **kwargs))
-        self.scheduler = Scheduler(self.model, self.pool, self.cache, self.tokenizer, self.eos_ids,
-                                   cfg.max_running_requests, cfg.chunked_prefill_size,
-                                   not cfg.disable_radix_cache, self.sessions)
+        self.scheduler = Scheduler(
+            self.model,
+            self.pool,
+            self.cache,
+            self.tokenizer,
+            self.eos_ids,
+            cfg.max_running_requests,
+            cfg.chunked_prefill_size,
+            not cfg.disable_radix_cache,
+            self.sessions,
+        )
 
     @staticmethod
     def _eos_ids(loaded: model_files.LoadedModel) -> set[int]:
@@ -138,29 +186,47 @@ class Engine:
         return ids
 
     # ---- requests ---------------------------------------------------------------------
-    def generate(self, prompt: str | list[str] | None = None, input_ids: list[int] | list[list[int]] | None = None,
-                 sampling_params: dict | list[dict] | None = None, cache_salt: str | list[str] | None = None,
-                 prefix_cache: bool = True, session_id: str | None = None, priority: int | None = None,
-                 rid: str | list[str] | None = None, **logprobs: Any) -> dict | list[dict]:
+    def generate(
+        self,
+        prompt: str | list[str] | None = None,
+        input_ids: list[int] | list[list[int]] | None = None,
+        sampling_params: dict | list[dict] | None = None,
+        cache_salt: str | list[str] | None = None,
+        prefix_cache: bool = True,
+        session_id: str | None = None,
+        priority: int | None = None,
+        rid: str | list[str] | None = None,
+        **logprobs: Any,
+    ) -> dict | list[dict]:
         """SGLang-shaped result; a list of prompts (or of id lists) gives a list of results.
 
         `logprobs`: SGLang's `return_logprob`, `logprob_start_len`, `top_logprobs_num`,
         `return_text_in_logprobs` (each one value, or one per prompt); see runtime/logprobs.py."""
-        reqs = self._build(prompt, input_ids, sampling_params, cache_salt, prefix_cache, session_id, priority, rid,
-                           logprobs)
+        reqs = self._build(
+            prompt, input_ids, sampling_params, cache_salt, prefix_cache, session_id, priority, rid, logprobs
+        )
         self._submit(reqs)
         results = [self._wait(r) for r in reqs]
         return results if self._is_batch(prompt, input_ids) else results[0]
 
-    def generate_stream(self, prompt: str | None = None, input_ids: list[int] | None = None,
-                        sampling_params: dict | None = None, cache_salt: str | None = None,
-                        prefix_cache: bool = True, session_id: str | None = None, priority: int | None = None,
-                        rid: str | None = None, **logprobs: Any) -> Iterator[dict]:
+    def generate_stream(
+        self,
+        prompt: str | None = None,
+        input_ids: list[int] | None = None,
+        sampling_params: dict | None = None,
+        cache_salt: str | None = None,
+        prefix_cache: bool = True,
+        session_id: str | None = None,
+        priority: int | None = None,
+        rid: str | None = None,
+        **logprobs: Any,
+    ) -> Iterator[dict]:
         """Yields cumulative results per token; closing the iterator early aborts the request."""
         if self._is_batch(prompt, input_ids):
             raise InvalidRequest("streaming takes a single prompt")
-        (req,) = self._build(prompt, input_ids, sampling_params, cache_salt, prefix_cache, session_id, priority, rid,
-                             logprobs)
+        (req,) = self._build(
+            prompt, input_ids, sampling_params, cache_salt, prefix_cache, session_id, priority, rid, logprobs
+        )
         self._submit([req])
         return self._stream(req)
 
@@ -179,15 +245,30 @@ class Engine:
 
     @staticmethod
     def _is_batch(prompt: Any, input_ids: Any) -> bool:
-        return isinstance(prompt, list) or (isinstance(input_ids, list) and bool(input_ids)
-                                            and isinstance(input_ids[0], list))
+        return isinstance(prompt, list) or (
+            isinstance(input_ids, list) and bool(input_ids) and isinstance(input_ids[0], list)
+        )
 
-    def _build(self, prompt, input_ids, sampling_params, cache_salt, prefix_cache, session_id, priority, rid,
-               logprobs=None):
+    def _build(
+        self,
+        prompt,
+        input_ids,
+        sampling_params,
+        cache_salt,
+        prefix_cache,
+        session_id,
+        priority,
+        rid,
+        logprobs=None,
+    ):
         if (prompt is None) == (input_ids is None):
             raise InvalidRequest("give exactly one of prompt / text and input_ids")
         if self._is_batch(prompt, input_ids):
-            ids_list = [self._ids(p, None) for p in prompt] if prompt is not None else [self._ids(None, i) for i in input_ids]
+            ids_list = (
+                [self._ids(p, None) for p in prompt]
+                if prompt is not None
+                else [self._ids(None, i) for i in input_ids]
+            )
         else:
             ids_list = [self._ids(prompt, input_ids)]
         n = len(ids_list)
@@ -198,24 +279,35 @@ class Engine:
         if unknown:
             raise InvalidRequest(f"unknown arguments: {sorted(unknown)}")
         per_item = {k: self._per_item((logprobs or {}).get(k), n, k) for k in LOGPROB_ARGS}
-        reqs = [self._request(ids, p, s, prefix_cache, session_id, priority, r)
-                for ids, p, s, r in zip(ids_list, params, salts, rids, strict=True)]
+        reqs = [
+            self._request(ids, p, s, prefix_cache, session_id, priority, r)
+            for ids, p, s, r in zip(ids_list, params, salts, rids, strict=True)
+        ]
         for i, req in enumerate(reqs):
             self._attach_logprobs(req, **{k: v[i] for k, v in per_item.items()})
         return reqs
 
-    def _attach_logprobs(self, req: Request, return_logprob: Any, logprob_start_len: Any, top_logprobs_num: Any,
-                         return_text_in_logprobs: Any) -> None:
+    def _attach_logprobs(
+        self,
+        req: Request,
+        return_logprob: Any,
+        logprob_start_len: Any,
+        top_logprobs_num: Any,
+        return_text_in_logprobs: Any,
+    ) -> None:
         if not return_logprob:
             return  # as SGLang: the other logprob arguments mean nothing without it
-        spec = LogprobSpec.resolve(len(req.input_ids), logprob_start_len, top_logprobs_num,
-                                   bool(return_text_in_logprobs))
+        spec = LogprobSpec.resolve(
+            len(req.input_ids), logprob_start_len, top_logprobs_num, bool(return_text_in_logprobs)
+        )
         req.logprob = LogprobState(spec, len(req.input_ids))
         req.tokenizer = self.tokenizer
 
     @staticmethod
     def _per_item(value: Any, n: int, name: str) -> list:
-        if isinstance(value, list) and not (name == "sampling_params" and value and not isinstance(value[0], dict)):
+        if isinstance(value, list) and not (
+            name == "sampling_params" and value and not isinstance(value[0], dict)
+        ):
             if len(value) != n:
                 raise InvalidRequest(f"{name} has {len(value)} entries for {n} prompts")
             return value
@@ -239,9 +331,11 @@ class Engine:
         sp = SamplingParams.from_dict(params)
         room = min(self.context_length, self.pool.size) - len(ids)
         if room < 1:
-            raise PromptTooLong(f"prompt has {len(ids)} tokens; the limit is "
-                                f"{min(self.context_length, self.pool.size) - 1} (context {self.context_length}, "
-                                f"KV pool {self.pool.size})")
+            raise PromptTooLong(
+                f"prompt has {len(ids)} tokens; the limit is "
+                f"{min(self.context_length, self.pool.size) - 1} (context {self.context_length}, "
+                f"KV pool {self.pool.size})"
+            )
         check_total_tokens(len(ids), params, sp, self.context_length)
         # An unset max_new_tokens (or a pool smaller than the context) is clamped, as SGLang's scheduler does.
         if sp.max_new_tokens > room:
@@ -250,14 +344,25 @@ class Engine:
         if sp.json_schema or sp.regex or sp.ebnf or sp.lark:
             from runtime.grammar import GrammarMatcher
 
-            grammar = GrammarMatcher.compile(self.tokenizer, sp.json_schema, sp.regex, ebnf=sp.ebnf, lark=sp.lark)
+            grammar = GrammarMatcher.compile(
+                self.tokenizer, sp.json_schema, sp.regex, ebnf=sp.ebnf, lark=sp.lark
+            )
         bad = [k for k in (sp.logit_bias or {}) if int(k) >= self.model.cfg.vocab_size]
         if bad:
-            raise InvalidRequest(f"logit_bias: token ids out of range [0, {self.model.cfg.vocab_size}): {bad[:5]}")
-        return Request(rid=rid or uuid.uuid4().hex, input_ids=ids, params=sp, namespace=namespace_key(salt),
-                       use_cache=bool(prefix_cache), session_id=session_key(salt, session_id),
-                       priority=int(priority or 0),
-                       sampler=Sampler(sp, self.eos_ids), grammar=grammar)
+            raise InvalidRequest(
+                f"logit_bias: token ids out of range [0, {self.model.cfg.vocab_size}): {bad[:5]}"
+            )
+        return Request(
+            rid=rid or uuid.uuid4().hex,
+            input_ids=ids,
+            params=sp,
+            namespace=namespace_key(salt),
+            use_cache=bool(prefix_cache),
+            session_id=session_key(salt, session_id),
+            priority=int(priority or 0),
+            sampler=Sampler(sp, self.eos_ids),
+            grammar=grammar,
+        )
 
     # ---- control ----------------------------------------------------------------------
     def abort_request(self, rid: str = "", abort_all: bool = False) -> int:
@@ -268,8 +373,13 @@ class Engine:
             raise InvalidRequest("rid: give the request id to abort (or abort_all)")
         return self.scheduler.abort(rid, abort_all)
 
-    def update_weights_from_disk(self, model_path: str, load_format: str | None = None,
-                                 abort_all_requests: bool = False, timeout_s: float | None = None) -> dict[str, Any]:
+    def update_weights_from_disk(
+        self,
+        model_path: str,
+        load_format: str | None = None,
+        abort_all_requests: bool = False,
+        timeout_s: float | None = None,
+    ) -> dict[str, Any]:
         """Load other weights of the same architecture and invalidate the whole cache (SGLang's
         endpoint). Requests running now finish under the old weights (or are aborted with
         `abort_all_requests`) and never insert into the new tree; queued ones run on the new
@@ -284,9 +394,12 @@ class Engine:
         swap = self.scheduler.swap_weights(model, timeout_s)
         self.model, self.model_path = model, str(model_path)
         self.weights_loaded_s = time.perf_counter() - started
-        return {"success": True, "num_paused_requests": swap.paused,
-                "message": f"Succeeded to update model weights from {model_path} in {self.weights_loaded_s:.1f}s; "
-                           "the prefix cache was invalidated."}
+        return {
+            "success": True,
+            "num_paused_requests": swap.paused,
+            "message": f"Succeeded to update model weights from {model_path} in {self.weights_loaded_s:.1f}s; "
+            "the prefix cache was invalidated.",
+        }
 
     @property
     def weights_version(self) -> int:
@@ -296,8 +409,10 @@ class Engine:
         if self._closed:
             raise EngineClosed("the engine was shut down")
         if len(reqs) > self.config.max_queue:  # a retry could never succeed: not a 503
-            raise InvalidRequest(f"a batch of {len(reqs)} prompts exceeds the queue bound ({self.config.max_queue}, "
-                                 "--max-queue): split it")
+            raise InvalidRequest(
+                f"a batch of {len(reqs)} prompts exceeds the queue bound ({self.config.max_queue}, "
+                "--max-queue): split it"
+            )
         if self.scheduler.queued + len(reqs) > self.config.max_queue:
             raise Overloaded(f"queue full ({self.config.max_queue} waiting requests)")
         for req in reqs:
@@ -316,18 +431,28 @@ class Engine:
     def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
 
-    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True, **template_kwargs: Any) -> str:
+    def apply_chat_template(
+        self, messages: list[dict], add_generation_prompt: bool = True, **template_kwargs: Any
+    ) -> str:
         """`template_kwargs` become template variables (SGLang's `chat_template_kwargs`)."""
-        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt,
-                                                  **template_kwargs)
+        return self.tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=add_generation_prompt, **template_kwargs
+        )
 
     @property
     def model_info(self) -> dict[str, Any]:
-        return {"model_path": self.model_path, "served_model_name": self.model_name,
-                "context_length": self.context_length, "vocab_size": self.model.cfg.vocab_size,
-                "eos_token_ids": sorted(self.eos_ids), "dtype": self.config.dtype, "is_generation": True,
-                "architecture": self.model.cfg.arch, "device": self.config.device,
-                "torchao_config": self.config.torchao_config or ""}
+        return {
+            "model_path": self.model_path,
+            "served_model_name": self.model_name,
+            "context_length": self.context_length,
+            "vocab_size": self.model.cfg.vocab_size,
+            "eos_token_ids": sorted(self.eos_ids),
+            "dtype": self.config.dtype,
+            "is_generation": True,
+            "architecture": self.model.cfg.arch,
+            "device": self.config.device,
+            "torchao_config": self.config.torchao_config or "",
+        }
 
     @property
     def kv_bytes_per_token(self) -> int:
@@ -348,8 +473,13 @@ class Engine:
         salt = info.pop("cache_salt", None)
         with self.scheduler.lock:
             try:
-                self.sessions.on_event(session_key(salt, session_id), event, cache=self.cache,
-                                       namespace=namespace_key(salt), **info)
+                self.sessions.on_event(
+                    session_key(salt, session_id),
+                    event,
+                    cache=self.cache,
+                    namespace=namespace_key(salt),
+                    **info,
+                )
             except UnknownSession:
                 raise UnknownSession(f"session {session_id!r} is not open") from None  # never the scoped key
 
@@ -362,23 +492,34 @@ class Engine:
             c, st = self.cache.counters, self.scheduler.stats
             per_token = self.kv_bytes_per_token
             return {
-                "requests": st.requests, "prompt_tokens": st.prompt_tokens, "cached_tokens": st.cached_tokens,
+                "requests": st.requests,
+                "prompt_tokens": st.prompt_tokens,
+                "cached_tokens": st.cached_tokens,
                 "hit_rate": st.cached_tokens / st.prompt_tokens if st.prompt_tokens else 0.0,
                 "prefill_tokens_computed": st.prompt_tokens - st.cached_tokens,
                 "completion_tokens": st.completion_tokens,
-                "inserts": c.inserts, "evictions": c.evictions, "evicted_tokens": c.evicted_tokens,
+                "inserts": c.inserts,
+                "evictions": c.evictions,
+                "evicted_tokens": c.evicted_tokens,
                 "match_time_mean_s": c.match_time_s / c.matches if c.matches else 0.0,
-                "tokens_in_use": self.cache.total_size, "bytes_in_use": self.cache.total_size * per_token,
-                "pool_capacity_tokens": self.pool.size, "pool_capacity_bytes": self.pool.capacity_bytes,
-                "kv_cache_dtype": self.pool.fmt.name, "kv_bytes_per_token": per_token,
-                "pool_free_tokens": self.pool.available, "queue_depth": self.scheduler.queued,
-                "running": len(self.scheduler.running), "policy": self.config.radix_eviction_policy,
-                "cache_enabled": not self.config.disable_radix_cache, **self._kv_memory(),
+                "tokens_in_use": self.cache.total_size,
+                "bytes_in_use": self.cache.total_size * per_token,
+                "pool_capacity_tokens": self.pool.size,
+                "pool_capacity_bytes": self.pool.capacity_bytes,
+                "kv_cache_dtype": self.pool.fmt.name,
+                "kv_bytes_per_token": per_token,
+                "pool_free_tokens": self.pool.available,
+                "queue_depth": self.scheduler.queued,
+                "running": len(self.scheduler.running),
+                "policy": self.config.radix_eviction_policy,
+                "cache_enabled": not self.config.disable_radix_cache,
+                **self._kv_memory(),
                 # SGLang's live gauges (runtime/meters.py) and control counters
                 "evictable_tokens": self.cache.evictable_size,
                 "gen_throughput": self.scheduler.meters.gen_throughput(time.perf_counter()),
                 "last_prefill_hit_rate": self.scheduler.meters.last_prefill_hit_rate,
-                "aborted_requests": self.scheduler.aborted, "weights_version": self.scheduler.weights_version,
+                "aborted_requests": self.scheduler.aborted,
+                "weights_version": self.scheduler.weights_version,
             }
 
     def _kv_memory(self) -> dict[str, int]:
@@ -387,8 +528,11 @@ class Engine:
         reuse. Call under the scheduler lock."""
         running = sum(r.kv.nbytes for r in self.scheduler.running if r.kv is not None)
         parked = self.scheduler.buffers.nbytes
-        return {"kv_request_buffer_bytes": running, "kv_parked_buffer_bytes": parked,
-                "kv_bytes_held": self.pool.capacity_bytes + running + parked}
+        return {
+            "kv_request_buffer_bytes": running,
+            "kv_parked_buffer_bytes": parked,
+            "kv_bytes_held": self.pool.capacity_bytes + running + parked,
+        }
 
     def check_integrity(self) -> None:
         """Raises AssertionError when pool accounting, lock refs or slot ownership are broken."""

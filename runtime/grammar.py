@@ -83,7 +83,9 @@ class GrammarMatcher:
         elif ebnf is not None:
             grammar_guard.check_ebnf(ebnf)
         ll_tokenizer = cls._tokenizers.get(tokenizer)
-        matcher = grammar_guard.run_with_big_stack(lambda: _build(ll_tokenizer, json_schema, regex, ebnf, lark))
+        matcher = grammar_guard.run_with_big_stack(
+            lambda: _build(ll_tokenizer, json_schema, regex, ebnf, lark)
+        )
         return cls(matcher, ll_tokenizer.vocab_size)
 
     def allowed_mask(self, vocab_size: int) -> torch.Tensor:

@@ -94,7 +94,9 @@ def check_ebnf(grammar: str, field: str = "ebnf") -> None:
         deepest = max(deepest, depth)
     if deepest > MAX_SCHEMA_DEPTH:
         raise GrammarError(f"{field}: brackets nested deeper than {MAX_SCHEMA_DEPTH} levels")
-    size = regex_expansion(grammar)  # atoms count 1 each: only repetition counts can push it past the size bound
+    size = regex_expansion(
+        grammar
+    )  # atoms count 1 each: only repetition counts can push it past the size bound
     if size > MAX_GRAMMAR_CHARS:
         raise GrammarError(
             f"{field}: too large (repetitions expand to about {size:,} items; the limit is {MAX_GRAMMAR_CHARS:,})"

@@ -45,7 +45,11 @@ class HFModel:
         from transformers import DynamicCache
 
         m, n, kv = seg.kv.length, len(seg.ids), seg.kv
-        cache = DynamicCache(ddp_cache_data=[kv.layer(i, m) for i in range(self.cfg.layers)]) if m else DynamicCache()
+        cache = (
+            DynamicCache(ddp_cache_data=[kv.layer(i, m) for i in range(self.cfg.layers)])
+            if m
+            else DynamicCache()
+        )
         ids = torch.tensor([seg.ids], device=self.device)
         positions = torch.arange(m, m + n, device=self.device).unsqueeze(0)
         out = self.hf(input_ids=ids, cache=cache, position_ids=positions, use_cache=True)

@@ -43,9 +43,20 @@ class ModelConfig:
             raise ValueError(f"rope scaling {rope.get('rope_type')!r} is not supported")
         theta = rope.get("rope_theta", getattr(c, "rope_theta", 10000.0))
         head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
-        return cls(c.model_type, c.vocab_size, c.hidden_size, c.num_hidden_layers, c.num_attention_heads,
-                   c.num_key_value_heads, head_dim, c.intermediate_size, float(theta), float(c.rms_norm_eps),
-                   c.max_position_embeddings, bool(getattr(c, "tie_word_embeddings", False)))
+        return cls(
+            c.model_type,
+            c.vocab_size,
+            c.hidden_size,
+            c.num_hidden_layers,
+            c.num_attention_heads,
+            c.num_key_value_heads,
+            head_dim,
+            c.intermediate_size,
+            float(theta),
+            float(c.rms_norm_eps),
+            c.max_position_embeddings,
+            bool(getattr(c, "tie_word_embeddings", False)),
+        )
 
     @property
     def params(self) -> int:
@@ -166,8 +177,14 @@ class Layer:
 
 
 class LlamaModel:
-    def __init__(self, cfg: ModelConfig, state: dict[str, torch.Tensor], dtype: torch.dtype, device: str,
-                 torchao_config: str | None = None) -> None:
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        state: dict[str, torch.Tensor],
+        dtype: torch.dtype,
+        device: str,
+        torchao_config: str | None = None,
+    ) -> None:
         self.cfg, self.dtype, self.device = cfg, dtype, device
         self.torchao_config = torchao_config
         # CPU attention kernels are 4-15x slower in bf16/fp16 than in fp32 (evals/kv_attention.py):
@@ -188,20 +205,29 @@ class LlamaModel:
             self._embed = table.__getitem__
         self.norm = w("model.norm.weight")
         self.layers = [self._layer(fmt, w, state, f"model.layers.{i}.") for i in range(cfg.layers)]
-        inv_freq = 1.0 / cfg.rope_theta ** (torch.arange(0, cfg.head_dim, 2, dtype=torch.float32) / cfg.head_dim)
+        inv_freq = 1.0 / cfg.rope_theta ** (
+            torch.arange(0, cfg.head_dim, 2, dtype=torch.float32) / cfg.head_dim
+        )
         angles = torch.outer(torch.arange(cfg.max_positions, dtype=torch.float32), inv_freq)
         emb = torch.cat([angles, angles], dim=-1)  # [pos, head_dim], HF's rotate_half layout
         self.cos, self.sin = emb.cos().to(device, dtype), emb.sin().to(device, dtype)
 
     @staticmethod
-    def _layer(fmt: WeightFormat, w: Callable[[str], torch.Tensor], state: dict[str, torch.Tensor], p: str) -> Layer:
+    def _layer(
+        fmt: WeightFormat, w: Callable[[str], torch.Tensor], state: dict[str, torch.Tensor], p: str
+    ) -> Layer:
         qkv = torch.cat([state[p + f"self_attn.{x}_proj.weight"] for x in "qkv"])
         biases = [state.get(p + f"self_attn.{x}_proj.bias") for x in "qkv"]
         qkv_bias = torch.cat(biases) if all(b is not None for b in biases) else None  # type: ignore[arg-type]
         gate_up = torch.cat([state[p + "mlp.gate_proj.weight"], state[p + "mlp.up_proj.weight"]])
-        return Layer(w(p + "input_layernorm.weight"), fmt.linear(qkv, qkv_bias),
-                     fmt.linear(state[p + "self_attn.o_proj.weight"]), w(p + "post_attention_layernorm.weight"),
-                     fmt.linear(gate_up), fmt.linear(state[p + "mlp.down_proj.weight"]))
+        return Layer(
+            w(p + "input_layernorm.weight"),
+            fmt.linear(qkv, qkv_bias),
+            fmt.linear(state[p + "self_attn.o_proj.weight"]),
+            w(p + "post_attention_layernorm.weight"),
+            fmt.linear(gate_up),
+            fmt.linear(state[p + "mlp.down_proj.weight"]),
+        )
 
     @property
     def weight_bytes(self) -> int:
@@ -210,21 +236,38 @@ class LlamaModel:
         return sum(m.nbytes for m in linears) + self.lm_head.nbytes
 
     @classmethod
-    def random(cls, cfg: ModelConfig, dtype: torch.dtype, device: str, seed: int = 0,
-               torchao_config: str | None = None) -> LlamaModel:
+    def random(
+        cls,
+        cfg: ModelConfig,
+        dtype: torch.dtype,
+        device: str,
+        seed: int = 0,
+        torchao_config: str | None = None,
+    ) -> LlamaModel:
         """Seeded random weights of the right shapes (GPU timing where no weights can be brought)."""
         g = torch.Generator().manual_seed(seed)
         q, kv = cfg.heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim
-        shapes = {"model.embed_tokens.weight": (cfg.vocab_size, cfg.hidden), "model.norm.weight": (cfg.hidden,)}
+        shapes = {
+            "model.embed_tokens.weight": (cfg.vocab_size, cfg.hidden),
+            "model.norm.weight": (cfg.hidden,),
+        }
         for i in range(cfg.layers):
             p = f"model.layers.{i}."
-            shapes |= {p + "self_attn.q_proj.weight": (q, cfg.hidden), p + "self_attn.k_proj.weight": (kv, cfg.hidden),
-                       p + "self_attn.v_proj.weight": (kv, cfg.hidden), p + "self_attn.o_proj.weight": (cfg.hidden, q),
-                       p + "mlp.gate_proj.weight": (cfg.intermediate, cfg.hidden),
-                       p + "mlp.up_proj.weight": (cfg.intermediate, cfg.hidden),
-                       p + "mlp.down_proj.weight": (cfg.hidden, cfg.intermediate),
-                       p + "input_layernorm.weight": (cfg.hidden,), p + "post_attention_layernorm.weight": (cfg.hidden,)}
-        state = {k: (torch.ones(s) if len(s) == 1 else torch.randn(s, generator=g) * 0.02) for k, s in shapes.items()}
+            shapes |= {
+                p + "self_attn.q_proj.weight": (q, cfg.hidden),
+                p + "self_attn.k_proj.weight": (kv, cfg.hidden),
+                p + "self_attn.v_proj.weight": (kv, cfg.hidden),
+                p + "self_attn.o_proj.weight": (cfg.hidden, q),
+                p + "mlp.gate_proj.weight": (cfg.intermediate, cfg.hidden),
+                p + "mlp.up_proj.weight": (cfg.intermediate, cfg.hidden),
+                p + "mlp.down_proj.weight": (cfg.hidden, cfg.intermediate),
+                p + "input_layernorm.weight": (cfg.hidden,),
+                p + "post_attention_layernorm.weight": (cfg.hidden,),
+            }
+        state = {
+            k: (torch.ones(s) if len(s) == 1 else torch.randn(s, generator=g) * 0.02)
+            for k, s in shapes.items()
+        }
         return cls(cfg, state, dtype, device, torchao_config)
 
     def _rms(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -246,7 +289,9 @@ class LlamaModel:
         cfg = self.cfg
         lens = [len(s.ids) for s in segments]
         ids = torch.tensor([t for s in segments for t in s.ids], device=self.device)
-        pos = torch.cat([torch.arange(s.kv.length, s.kv.length + len(s.ids)) for s in segments]).to(self.device)
+        pos = torch.cat([torch.arange(s.kv.length, s.kv.length + len(s.ids)) for s in segments]).to(
+            self.device
+        )
         cos, sin = self.cos[pos].unsqueeze(1), self.sin[pos].unsqueeze(1)  # [N, 1, hd]
         views = [_Views.of(s.kv, n, self.device, self.kv_dtype) for s, n in zip(segments, lens, strict=True)]
         scratch = self._scratch(views)
@@ -270,8 +315,10 @@ class LlamaModel:
 
     def _logits_with_prompt(self, segments: list[Segment], x: torch.Tensor, ends: list[int]) -> torch.Tensor:
         """Last-token logits [S, vocab], and every row from `logits_from` on where a segment asks."""
-        spans = [(end - len(s.ids) + s.logits_from if s.logits_from >= 0 else end - 1, end)
-                 for s, end in zip(segments, ends, strict=True)]
+        spans = [
+            (end - len(s.ids) + s.logits_from if s.logits_from >= 0 else end - 1, end)
+            for s, end in zip(segments, ends, strict=True)
+        ]
         rows = torch.cat([torch.arange(a, b) for a, b in spans]).to(self.device)
         logits = self.lm_head(self._rms(x[rows], self.norm)).float()
         parts = logits.split([b - a for a, b in spans])
@@ -288,8 +335,10 @@ class LlamaModel:
         if not longest:
             return None
         shape = (self.cfg.kv_heads, longest, self.cfg.head_dim)
-        return (torch.empty(shape, dtype=self.kv_dtype, device=self.device),
-                torch.empty(shape, dtype=self.kv_dtype, device=self.device))
+        return (
+            torch.empty(shape, dtype=self.kv_dtype, device=self.device),
+            torch.empty(shape, dtype=self.kv_dtype, device=self.device),
+        )
 
     def _attend(self, li: int, views: list[_Views], lens: list[int], q, k, v, scratch) -> torch.Tensor:
         # Per request and layer this is a few ops on views prepared once per step: with several
@@ -306,8 +355,9 @@ class LlamaModel:
                 k_all, v_all = vw.k[li], vw.v[li]
             # [n, H, hd] -> [1, H, n, hd]; for one token that is a view
             qi = qi.view(1, -1, 1, qi.shape[-1]) if n == 1 else qi.transpose(0, 1).unsqueeze(0)
-            o = F.scaled_dot_product_attention(qi, k_all, v_all, attn_mask=vw.mask, is_causal=vw.causal,
-                                               enable_gqa=True)
+            o = F.scaled_dot_product_attention(
+                qi, k_all, v_all, attn_mask=vw.mask, is_causal=vw.causal, enable_gqa=True
+            )
             outs.append(o.view(1, -1) if n == 1 else o[0].transpose(0, 1).reshape(n, -1))
         return (outs[0] if len(outs) == 1 else torch.cat(outs)).to(self.dtype)
 
@@ -338,10 +388,22 @@ class _Views:
         m = kv.length  # tokens already in this request's buffer (prefix)
         mask = None
         if n > 1 and m > 0:
-            seen = torch.arange(m + n, device=device)[None, :] <= (m + torch.arange(n, device=device))[:, None]
+            seen = (
+                torch.arange(m + n, device=device)[None, :] <= (m + torch.arange(n, device=device))[:, None]
+            )
             mask = torch.zeros(seen.shape, dtype=dtype, device=device).masked_fill_(~seen, float("-inf"))
         fmt = kv.format
         new = list(zip(*(p[:, :, m : m + n].unbind(0) for p in kv.planes), strict=True))
-        stored = list(zip(*(p[:, :, : m + n].unbind(0) for p in kv.planes), strict=True)) if fmt.converts else []
-        return cls(kv.k[:, :, : m + n].unsqueeze(1).unbind(0), kv.v[:, :, : m + n].unsqueeze(1).unbind(0),
-                   stored, new, mask, n > 1 and m == 0, fmt, m + n)
+        stored = (
+            list(zip(*(p[:, :, : m + n].unbind(0) for p in kv.planes), strict=True)) if fmt.converts else []
+        )
+        return cls(
+            kv.k[:, :, : m + n].unsqueeze(1).unbind(0),
+            kv.v[:, :, : m + n].unsqueeze(1).unbind(0),
+            stored,
+            new,
+            mask,
+            n > 1 and m == 0,
+            fmt,
+            m + n,
+        )

@@ -56,5 +56,11 @@ def load(model_path: str | None, dtype: torch.dtype) -> LoadedModel:
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, **kwargs)
     state = {k: v.detach() for k, v in model.state_dict().items()}
     name = path.stem if path.suffix == ".gguf" else path.name
-    return LoadedModel(name=name, path=str(path), hf_config=model.config, state_dict=state, tokenizer=tokenizer,
-                       hf_model=model)
+    return LoadedModel(
+        name=name,
+        path=str(path),
+        hf_config=model.config,
+        state_dict=state,
+        tokenizer=tokenizer,
+        hf_model=model,
+    )

@@ -50,20 +50,27 @@ class SamplingParams:
     def __post_init__(self) -> None:
         checks = [
             (self.max_new_tokens >= 0, "max_new_tokens must be >= 0"),
-            (all(math.isfinite(x) for x in (self.temperature, self.top_p, self.min_p)),
-             "temperature, top_p and min_p must be finite"),
+            (
+                all(math.isfinite(x) for x in (self.temperature, self.top_p, self.min_p)),
+                "temperature, top_p and min_p must be finite",
+            ),
             (self.seed is None or -(2**63) <= self.seed < 2**64, "seed must fit in 64 bits"),
             (self.temperature >= 0, "temperature must be >= 0"),
             (0 < self.top_p <= 1, "top_p must be in (0, 1]"),
             (self.top_k == -1 or self.top_k >= 1, "top_k must be -1 (off) or >= 1"),
             (0 <= self.min_p <= 1, "min_p must be in [0, 1]"),
-            (sum(x is not None for x in (self.json_schema, self.regex, self.ebnf, self.lark)) <= 1,
-             "json_schema, regex and ebnf are mutually exclusive"),
+            (
+                sum(x is not None for x in (self.json_schema, self.regex, self.ebnf, self.lark)) <= 1,
+                "json_schema, regex and ebnf are mutually exclusive",
+            ),
             (-2 <= self.frequency_penalty <= 2, "frequency_penalty must be in [-2, 2]"),
             (-2 <= self.presence_penalty <= 2, "presence_penalty must be in [-2, 2]"),
             (0 < self.repetition_penalty <= 2, "repetition_penalty must be in (0, 2]"),
             (self.min_new_tokens >= 0, "min_new_tokens must be >= 0"),
-            (_bias_ok(self.logit_bias), "logit_bias must map token ids (>= 0) to finite numbers in [-100, 100]"),
+            (
+                _bias_ok(self.logit_bias),
+                "logit_bias must map token ids (>= 0) to finite numbers in [-100, 100]",
+            ),
             (all(isinstance(s, str) and s for s in self.stop), "stop must hold non-empty strings"),
             (all(isinstance(t, int) and t >= 0 for t in self.stop_token_ids), "stop_token_ids must be >= 0"),
             (self.stream_interval >= 1, "stream_interval must be >= 1"),
@@ -113,7 +120,8 @@ def _bias_ok(bias: dict | None) -> bool:
         return False
     for key, value in bias.items():
         id_ok = (isinstance(key, int) and not isinstance(key, bool) and key >= 0) or (
-            isinstance(key, str) and key.isascii() and key.isdigit())  # "²".isdigit() too, but int() fails
+            isinstance(key, str) and key.isascii() and key.isdigit()
+        )  # "²".isdigit() too, but int() fails
         value_ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
         if not (id_ok and value_ok and -100 <= value <= 100):
             return False

@@ -79,8 +79,18 @@ class ServeStats:
 
 
 class Scheduler:
-    def __init__(self, model: LlamaModel, pool: KVPool, cache: RadixCache, tokenizer, eos_ids: set[int],
-                 max_running: int, chunk_size: int, cache_enabled: bool, sessions) -> None:
+    def __init__(
+        self,
+        model: LlamaModel,
+        pool: KVPool,
+        cache: RadixCache,
+        tokenizer,
+        eos_ids: set[int],
+        max_running: int,
+        chunk_size: int,
+        cache_enabled: bool,
+        sessions,
+    ) -> None:
         self.model, self.pool, self.cache, self.tokenizer = model, pool, cache, tokenizer
         self.eos_ids, self.max_running, self.chunk_size = eos_ids, max_running, chunk_size
         self.cache_enabled = cache_enabled
@@ -347,7 +357,9 @@ class Scheduler:
         for other in self.running:
             if other.prefilled or not other.use_cache or other.namespace != req.namespace:
                 continue
-            gain = min(_common_prefix(req.input_ids, other.input_ids), self._match_limit(req)) - other.cached_len
+            gain = (
+                min(_common_prefix(req.input_ids, other.input_ids), self._match_limit(req)) - other.cached_len
+            )
             if gain >= MIN_SHARED_PREFIX or (gain > 0 and req.input_ids == other.input_ids):
                 return True
         return False
@@ -356,7 +368,9 @@ class Scheduler:
         """Match the cached prefix, lock it, copy its KV into the request's buffer."""
         req.weights_version = self.weights_version
         if self.cache_enabled and req.use_cache:
-            match = self.cache.match_prefix(req.input_ids[: self._match_limit(req)], req.namespace, req.session_id)
+            match = self.cache.match_prefix(
+                req.input_ids[: self._match_limit(req)], req.namespace, req.session_id
+            )
             req.cached_len = req.tree_len = match.length
             req.last_node = match.node
             self.cache.lock(match.node)
@@ -400,8 +414,12 @@ class Scheduler:
 
     def _may_insert(self, req: Request) -> bool:
         """KV goes into the tree only from a healthy request computed under the current weights."""
-        return (self.cache_enabled and req.use_cache and req.error is None
-                and req.weights_version == self.weights_version)
+        return (
+            self.cache_enabled
+            and req.use_cache
+            and req.error is None
+            and req.weights_version == self.weights_version
+        )
 
     def _publish(self, req: Request, upto: int) -> None:
         """Insert the first `upto` positions into the tree and move the lock to the new path end."""

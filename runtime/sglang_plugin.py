@@ -127,10 +127,12 @@ def main(argv: list[str]) -> int:
     one place this module touches environment variables.
     """
     if argv[:1] in (["-h"], ["--help"]):
-        print("usage: radixagent launch-sglang -- <sglang.launch_server args>\n"
-              "Starts `python -m sglang.launch_server --radix-eviction-policy session ...` with "
-              "SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND=python and compact JSON grammars "
-              "(--constrained-json-disable-any-whitespace; needs sglang installed).")
+        print(
+            "usage: radixagent launch-sglang -- <sglang.launch_server args>\n"
+            "Starts `python -m sglang.launch_server --radix-eviction-policy session ...` with "
+            "SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND=python and compact JSON grammars "
+            "(--constrained-json-disable-any-whitespace; needs sglang installed)."
+        )
         return 0
     env = dict(os.environ, SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND="python")
     cmd = launch_command(argv)

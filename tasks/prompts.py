@@ -62,7 +62,9 @@ QA_AGENT_SYSTEM = (
     'question, copied exactly, or "not found" when they do not say.'
 )
 QA_SEARCH_DOC = "Search the document; returns the sentences that best match, each after its paragraph id."
-QA_NO_MATCH = 'No sentence of the document matches these words. If the document does not say, answer "not found".'
+QA_NO_MATCH = (
+    'No sentence of the document matches these words. If the document does not say, answer "not found".'
+)
 QA_NOT_FOUND = "not found"
 #: Worked examples for the QA head, most generic first (the head-length sweep takes a prefix):
 #: (question, query, observation, answer). They are about invented documents: the agent learns the

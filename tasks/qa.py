@@ -201,7 +201,7 @@ def answer_schema(evidence: Sequence[Sentence], question: str) -> dict[str, Any]
 
 
 def judge(doc: Document, question: str, answer: str, evidence: Sequence[Sentence]) -> Verdict:
-    """"not found" stands; a span of the evidence is checked against its sentence's paragraph and
+    """ "not found" stands; a span of the evidence is checked against its sentence's paragraph and
     the paragraphs of the rest of the evidence (a two-hop chain); anything else as written."""
     if answer.strip().lower() == prompts.QA_NOT_FOUND:
         return Verdict(True, "the document does not say", answer)

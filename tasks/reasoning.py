@@ -131,7 +131,10 @@ def examples_text() -> str:
 def reasoning_examples(count: int | None = None) -> list[Example]:
     """The first `count` (default all) worked examples: one calculator call, then the answer."""
     rows = prompts.REASONING_EXAMPLES if count is None else prompts.REASONING_EXAMPLES[:count]
-    return [Example(problem, result, (("calculator", {"expression": expr}, result),)) for problem, expr, result in rows]
+    return [
+        Example(problem, result, (("calculator", {"expression": expr}, result),))
+        for problem, expr, result in rows
+    ]
 
 
 def _just_computed(run: Any) -> bool:

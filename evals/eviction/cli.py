@@ -30,21 +30,40 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--steps", type=_csv(int), default=None, help="MIN,MAX steps per session (override)")
     p.add_argument("--out", type=Path, default=Path("out/eviction"))
     p.add_argument("--quick", action="store_true", help="small grid (8 and 64 sessions, 3 budgets)")
-    p.add_argument("--real", action="store_true",
-                   help="instead: the small `agents` run on the embedded engine with the real model "
-                        "(evals/eviction/real.py; --sessions N and --budgets F take their first value, --steps passes)")
-    p.add_argument("--trace", type=Path, action="append", default=None,
-                   help="instead: replay this request trace (repeatable; evals/eviction/trace_cli.py)")
+    p.add_argument(
+        "--real",
+        action="store_true",
+        help="instead: the small `agents` run on the embedded engine with the real model "
+        "(evals/eviction/real.py; --sessions N and --budgets F take their first value, --steps passes)",
+    )
+    p.add_argument(
+        "--trace",
+        type=Path,
+        action="append",
+        default=None,
+        help="instead: replay this request trace (repeatable; evals/eviction/trace_cli.py)",
+    )
     p.add_argument("--trace-format", choices=("mooncake",), default="mooncake")
-    p.add_argument("--capacities", default="1000,10000,30000,inf",
-                   help="trace replays: cache capacities in 512-token blocks, 'inf' = unbounded")
+    p.add_argument(
+        "--capacities",
+        default="1000,10000,30000,inf",
+        help="trace replays: cache capacities in 512-token blocks, 'inf' = unbounded",
+    )
     p.add_argument("--modes", default="hitrate,timed", help="trace replays: hitrate and/or timed")
-    p.add_argument("--prefill-ms-per-token", type=float, default=None,
-                   help="timed trace replay cost model (default 0.05: the Mooncake paper's LLaMA3-70B "
-                        "on 8xA800; this engine on 2 CPU cores measured ~2)")
-    p.add_argument("--decode-ms-per-token", type=float, default=None,
-                   help="timed trace replay cost model (default 100: the paper's TBT threshold; this "
-                        "engine on 2 CPU cores measured ~80)")
+    p.add_argument(
+        "--prefill-ms-per-token",
+        type=float,
+        default=None,
+        help="timed trace replay cost model (default 0.05: the Mooncake paper's LLaMA3-70B "
+        "on 8xA800; this engine on 2 CPU cores measured ~2)",
+    )
+    p.add_argument(
+        "--decode-ms-per-token",
+        type=float,
+        default=None,
+        help="timed trace replay cost model (default 100: the paper's TBT threshold; this "
+        "engine on 2 CPU cores measured ~80)",
+    )
     return p.parse_args(argv)
 
 
@@ -88,8 +107,10 @@ def main(argv: list[str]) -> int:
     wall = time.perf_counter() - start
     (args.out / "results.json").write_text(json.dumps(results, indent=1))
     paths = write_report(results, args.out, wall)
-    console.print(f"{len(results['rows'])} rows in {wall:.1f} s -> {args.out / 'results.json'}, "
-                  f"{len(paths)} report files")
+    console.print(
+        f"{len(results['rows'])} rows in {wall:.1f} s -> {args.out / 'results.json'}, "
+        f"{len(paths)} report files"
+    )
     return 0
 
 

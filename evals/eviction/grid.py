@@ -54,20 +54,22 @@ def run_cell(cfg: GridConfig, workload: str, n: int, tick: Callable[[], None]) -
             for policy in cfg.policies:
                 st = Replay(w, policy, budget).run()
                 per = st.per_session_recompute
-                acc.setdefault((frac, policy), []).append({
-                    "prompt_tokens": st.prompt_tokens * BLOCK,
-                    "cached_tokens": st.cached_tokens * BLOCK,
-                    "recomputed_tokens": st.recomputed_tokens * BLOCK,
-                    "seconds": st.seconds,
-                    "requests": st.requests,
-                    "budget_tokens": budget * BLOCK,
-                    "peak_working_set_tokens": peak * BLOCK,
-                    "evicted_tokens": st.evicted_tokens * BLOCK,
-                    "queue_wait_mean_s": st.queue_wait_s / max(1, st.requests),
-                    "recomputed_per_session_mean": statistics.fmean(per) * BLOCK,
-                    "recomputed_per_session_p95": _p95(per) * BLOCK,
-                    "recomputed_per_session_max": max(per) * BLOCK,
-                })
+                acc.setdefault((frac, policy), []).append(
+                    {
+                        "prompt_tokens": st.prompt_tokens * BLOCK,
+                        "cached_tokens": st.cached_tokens * BLOCK,
+                        "recomputed_tokens": st.recomputed_tokens * BLOCK,
+                        "seconds": st.seconds,
+                        "requests": st.requests,
+                        "budget_tokens": budget * BLOCK,
+                        "peak_working_set_tokens": peak * BLOCK,
+                        "evicted_tokens": st.evicted_tokens * BLOCK,
+                        "queue_wait_mean_s": st.queue_wait_s / max(1, st.requests),
+                        "recomputed_per_session_mean": statistics.fmean(per) * BLOCK,
+                        "recomputed_per_session_p95": _p95(per) * BLOCK,
+                        "recomputed_per_session_max": max(per) * BLOCK,
+                    }
+                )
                 tick()
     rows = []
     for (frac, policy), runs in acc.items():

@@ -35,9 +35,33 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-WORDS = ["cache", "prefix", "token", "model", "agent", "tool", "session", "memory", "kernel", "request", "budget",
-         "policy", "branch", "server", "latency", "report", "result", "search", "document", "section", "table",
-         "value", "index", "node", "tree"]
+WORDS = [
+    "cache",
+    "prefix",
+    "token",
+    "model",
+    "agent",
+    "tool",
+    "session",
+    "memory",
+    "kernel",
+    "request",
+    "budget",
+    "policy",
+    "branch",
+    "server",
+    "latency",
+    "report",
+    "result",
+    "search",
+    "document",
+    "section",
+    "table",
+    "value",
+    "index",
+    "node",
+    "tree",
+]
 TOOLS = ("search", "run_code", "browse")
 
 
@@ -85,8 +109,11 @@ def _words(rng: random.Random, n: int) -> str:
 def plan(cfg: RealConfig, tokenize) -> tuple[list[Script], list[tuple[int, int]]]:
     """Scripts and the replay order [(session index, step index)], both policy-independent."""
     rng = random.Random(cfg.seed)
-    system = tokenize("You are a careful research agent. Use the tools, cite sections, answer briefly.\n"
-                      + _words(rng, 60) + "\n")
+    system = tokenize(
+        "You are a careful research agent. Use the tools, cite sections, answer briefly.\n"
+        + _words(rng, 60)
+        + "\n"
+    )
     docs = [tokenize(f"Document {d}:\n" + _words(rng, cfg.doc_words) + "\n") for d in range(cfg.documents)]
     scripts = []
     for s in range(cfg.sessions):
@@ -165,9 +192,17 @@ def replay(engine: Any, cfg: RealConfig, scripts: list[Script], order: list[tupl
         durations.append(time.perf_counter() - started)
         meta, full = out["meta_info"], prompt + out["output_ids"]
         seen.append(full)
-        records.append({"session": sc.sid, "step": k, "prompt_tokens": len(prompt),
-                        "cached_tokens": meta["cached_tokens"], "ideal_cached_tokens": ideal,
-                        "ttft_s": meta["ttft"], "latency_s": durations[-1]})
+        records.append(
+            {
+                "session": sc.sid,
+                "step": k,
+                "prompt_tokens": len(prompt),
+                "cached_tokens": meta["cached_tokens"],
+                "ideal_cached_tokens": ideal,
+                "ttft_s": meta["ttft"],
+                "latency_s": durations[-1],
+            }
+        )
         if step.rollback:
             engine.session_event(sc.sid, "abandon", input_ids=full, keep=len(ctx[s]))
         else:
@@ -184,12 +219,19 @@ def summarize(policy: str, records: list[dict], stats: dict, seconds: float) -> 
     prompt = sum(r["prompt_tokens"] for r in records)
     cached = sum(r["cached_tokens"] for r in records)
     ttft = [r["ttft_s"] for r in records]
-    return {"policy": policy, "requests": len(records), "prompt_tokens": prompt, "cached_tokens": cached,
-            "hit_rate": cached / prompt if prompt else 0.0,
-            "ideal_cached_tokens": sum(r["ideal_cached_tokens"] for r in records),
-            "recomputed_tokens": sum(max(0, r["ideal_cached_tokens"] - r["cached_tokens"]) for r in records),
-            "ttft_p50_s": statistics.median(ttft), "ttft_mean_s": statistics.fmean(ttft),
-            "evicted_tokens": stats["evicted_tokens"], "seconds": seconds}
+    return {
+        "policy": policy,
+        "requests": len(records),
+        "prompt_tokens": prompt,
+        "cached_tokens": cached,
+        "hit_rate": cached / prompt if prompt else 0.0,
+        "ideal_cached_tokens": sum(r["ideal_cached_tokens"] for r in records),
+        "recomputed_tokens": sum(max(0, r["ideal_cached_tokens"] - r["cached_tokens"]) for r in records),
+        "ttft_p50_s": statistics.median(ttft),
+        "ttft_mean_s": statistics.fmean(ttft),
+        "evicted_tokens": stats["evicted_tokens"],
+        "seconds": seconds,
+    }
 
 
 def run(cfg: RealConfig, engine: Any | None = None, log=print) -> dict:
@@ -203,8 +245,10 @@ def run(cfg: RealConfig, engine: Any | None = None, log=print) -> dict:
         peak, biggest = peak_working_set(cfg, scripts, order)
         pool, floored = pool_tokens(cfg, peak, biggest)
         if floored:
-            log(f"warning: the pool ({pool} tokens) only holds the largest request ({biggest}): "
-                "no policy has a choice; use more sessions or a larger --budget")
+            log(
+                f"warning: the pool ({pool} tokens) only holds the largest request ({biggest}): "
+                "no policy has a choice; use more sessions or a larger --budget"
+            )
         base.generate(input_ids=scripts[0].prefix[:64], sampling_params={"max_new_tokens": 1})  # warm-up
         rows = []
         for policy in cfg.policies:
@@ -217,32 +261,45 @@ def run(cfg: RealConfig, engine: Any | None = None, log=print) -> dict:
             finally:
                 eng.shutdown()
             log(_row_line(rows[-1]))
-        return {"config": asdict(cfg), "model": base.model_name, "peak_working_set": peak,
-                "largest_request": biggest, "pool_tokens": pool, "pool_floored": floored, "budget_definition":
-                "KV pool = max(budget_fraction x peak working set, largest request + 16); peak working set "
-                "= most distinct tokens on live, non-abandoned contexts of open sessions (+ one output)",
-                "rows": rows}
+        return {
+            "config": asdict(cfg),
+            "model": base.model_name,
+            "peak_working_set": peak,
+            "largest_request": biggest,
+            "pool_tokens": pool,
+            "pool_floored": floored,
+            "budget_definition": "KV pool = max(budget_fraction x peak working set, largest request + 16); peak working set "
+            "= most distinct tokens on live, non-abandoned contexts of open sessions (+ one output)",
+            "rows": rows,
+        }
     finally:
         if own:
             base.shutdown()
 
 
 def _row_line(r: dict) -> str:
-    return (f"{r['policy']:>8}: recomputed {r['recomputed_tokens']:>6}  hit {r['hit_rate']:.3f}  "
-            f"ttft p50 {r['ttft_p50_s'] * 1000:.0f} ms  mean {r['ttft_mean_s'] * 1000:.0f} ms  "
-            f"({r['requests']} req, {r['seconds']:.1f} s)")
+    return (
+        f"{r['policy']:>8}: recomputed {r['recomputed_tokens']:>6}  hit {r['hit_rate']:.3f}  "
+        f"ttft p50 {r['ttft_p50_s'] * 1000:.0f} ms  mean {r['ttft_mean_s'] * 1000:.0f} ms  "
+        f"({r['requests']} req, {r['seconds']:.1f} s)"
+    )
 
 
 def report(results: dict) -> str:
-    lines = [f"Model {results['model']}; {results['config']['sessions']} sessions, "
-             f"{results['rows'][0]['requests']} requests; peak working set {results['peak_working_set']} tokens, "
-             f"pool {results['pool_tokens']} tokens (largest request {results['largest_request']}"
-             f"{'; floored: no policy has a choice' if results.get('pool_floored') else ''}).", "",
-             "| policy | prompt tokens | cached | hit rate | recomputed | TTFT p50 (ms) | TTFT mean (ms) |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        f"Model {results['model']}; {results['config']['sessions']} sessions, "
+        f"{results['rows'][0]['requests']} requests; peak working set {results['peak_working_set']} tokens, "
+        f"pool {results['pool_tokens']} tokens (largest request {results['largest_request']}"
+        f"{'; floored: no policy has a choice' if results.get('pool_floored') else ''}).",
+        "",
+        "| policy | prompt tokens | cached | hit rate | recomputed | TTFT p50 (ms) | TTFT mean (ms) |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in results["rows"]:
-        lines.append(f"| {r['policy']} | {r['prompt_tokens']:,} | {r['cached_tokens']:,} | {r['hit_rate']:.3f} | "
-                     f"{r['recomputed_tokens']:,} | {r['ttft_p50_s'] * 1000:.0f} | {r['ttft_mean_s'] * 1000:.0f} |")
+        lines.append(
+            f"| {r['policy']} | {r['prompt_tokens']:,} | {r['cached_tokens']:,} | {r['hit_rate']:.3f} | "
+            f"{r['recomputed_tokens']:,} | {r['ttft_p50_s'] * 1000:.0f} | {r['ttft_mean_s'] * 1000:.0f} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -251,7 +308,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--out", type=Path, default=Path("out/eviction-real"))
     default = RealConfig()
     p.add_argument("--sessions", type=int, default=default.sessions)
-    p.add_argument("--budget", type=float, default=default.budget_fraction, help="fraction of peak working set")
+    p.add_argument(
+        "--budget", type=float, default=default.budget_fraction, help="fraction of peak working set"
+    )
     p.add_argument("--policies", default=",".join(default.policies))
     p.add_argument("--steps", default=",".join(map(str, default.steps)), help="MIN,MAX steps per session")
     p.add_argument("--seed", type=int, default=0)
@@ -261,8 +320,13 @@ def parse(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str]) -> int:
     args = parse(argv)
     lo, hi = (int(x) for x in args.steps.split(","))
-    cfg = RealConfig(sessions=args.sessions, budget_fraction=args.budget, seed=args.seed, steps=(lo, hi),
-                     policies=tuple(p for p in args.policies.split(",") if p))
+    cfg = RealConfig(
+        sessions=args.sessions,
+        budget_fraction=args.budget,
+        seed=args.seed,
+        steps=(lo, hi),
+        policies=tuple(p for p in args.policies.split(",") if p),
+    )
     results = run(cfg)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps(results, indent=1))

@@ -117,8 +117,16 @@ def _tool_wait(rng: random.Random) -> tuple[str, float, float | None]:
     return name, wait, wait * math.exp(rng.uniform(-1.6, 1.6))
 
 
-def _agent_steps(b: _Builder, rng: random.Random, s: int, ctx: _Context, n_steps: int,
-                 plans: list[SessionPlan], rollbacks: bool, forks: bool) -> list[Step]:
+def _agent_steps(
+    b: _Builder,
+    rng: random.Random,
+    s: int,
+    ctx: _Context,
+    n_steps: int,
+    plans: list[SessionPlan],
+    rollbacks: bool,
+    forks: bool,
+) -> list[Step]:
     steps: list[Step] = []
     checkpoints: list[int] = []  # item counts after each step's output
     for j in range(n_steps):

@@ -12,11 +12,19 @@ from typing import Any
 from evals.bench import BenchConfig, QAPrompts, multi_session_hits, prefix_reuse
 
 
-def run_peers(model_path: str, qa: QAPrompts, hit_sessions: Sequence[QAPrompts], cfg: BenchConfig,
-              say: Callable[[str], None]) -> dict[str, Any]:
+def run_peers(
+    model_path: str,
+    qa: QAPrompts,
+    hit_sessions: Sequence[QAPrompts],
+    cfg: BenchConfig,
+    say: Callable[[str], None],
+) -> dict[str, Any]:
     """{"hf_transformers": {...}, "llama_cpp": {...}, "hits": {name: multi-session result}}; a peer
     that cannot run here is reported as {"skipped": why}."""
-    return {"hf_transformers": _hf(model_path, qa, cfg, say), **_llama_cpp(model_path, qa, hit_sessions, cfg, say)}
+    return {
+        "hf_transformers": _hf(model_path, qa, cfg, say),
+        **_llama_cpp(model_path, qa, hit_sessions, cfg, say),
+    }
 
 
 def _hf(model_path: str, qa: QAPrompts, cfg: BenchConfig, say: Callable[[str], None]) -> dict[str, Any]:
@@ -34,8 +42,13 @@ def _hf(model_path: str, qa: QAPrompts, cfg: BenchConfig, say: Callable[[str], N
     return result
 
 
-def _llama_cpp(model_path: str, qa: QAPrompts, hit_sessions: Sequence[QAPrompts], cfg: BenchConfig,
-               say: Callable[[str], None]) -> dict[str, Any]:
+def _llama_cpp(
+    model_path: str,
+    qa: QAPrompts,
+    hit_sessions: Sequence[QAPrompts],
+    cfg: BenchConfig,
+    say: Callable[[str], None],
+) -> dict[str, Any]:
     from evals.peers.llamacpp import LlamaCppRunner, PeerUnavailable
 
     say("peer: llama.cpp (llama-cpp-python in .bench-env)")
@@ -52,9 +65,13 @@ def _llama_cpp(model_path: str, qa: QAPrompts, hit_sessions: Sequence[QAPrompts]
         runner.generate(qa.questions[0], 2)  # warm-up
         reuse = prefix_reuse(runner, qa, cfg.repeats, cfg.out_tokens, cfg.decode_tokens)
         say("peer: llama.cpp multi-session hit rate (live context only, then with its RAM cache)")
-        live = multi_session_hits(runner.with_ram_cache(False), hit_sessions, out_tokens=min(8, cfg.out_tokens))
+        live = multi_session_hits(
+            runner.with_ram_cache(False), hit_sessions, out_tokens=min(8, cfg.out_tokens)
+        )
         ram = multi_session_hits(runner.with_ram_cache(True), hit_sessions, out_tokens=min(8, cfg.out_tokens))
     finally:
         runner.close()
-    return {"llama_cpp": {"version": runner.version, "threads": threads, "prefix_reuse": reuse},
-            "hits": {"llama_cpp": live, "llama_cpp_ram_cache": ram}}
+    return {
+        "llama_cpp": {"version": runner.version, "threads": threads, "prefix_reuse": reuse},
+        "hits": {"llama_cpp": live, "llama_cpp_ram_cache": ram},
+    }

@@ -36,7 +36,9 @@ class HFGenerateRunner:
         kwargs = {"gguf_file": path.name} if path.suffix == ".gguf" else {}
         folder = path.parent if path.suffix == ".gguf" else path
         self.torch = torch
-        self.model = AutoModelForCausalLM.from_pretrained(folder, dtype=getattr(torch, dtype), **kwargs).eval()
+        self.model = AutoModelForCausalLM.from_pretrained(
+            folder, dtype=getattr(torch, dtype), **kwargs
+        ).eval()
 
     def generate(self, ids: list[int], max_new_tokens: int) -> Sample:
         torch = self.torch
@@ -44,11 +46,17 @@ class HFGenerateRunner:
         clock = _Clock()
         start = time.perf_counter()
         with torch.inference_mode():
-            out = self.model.generate(x, attention_mask=torch.ones_like(x), do_sample=False,
-                                      max_new_tokens=max_new_tokens, min_new_tokens=max_new_tokens,
-                                      pad_token_id=0, streamer=clock)
+            out = self.model.generate(
+                x,
+                attention_mask=torch.ones_like(x),
+                do_sample=False,
+                max_new_tokens=max_new_tokens,
+                min_new_tokens=max_new_tokens,
+                pad_token_id=0,
+                streamer=clock,
+            )
         e2e = time.perf_counter() - start
-        tokens = out[0, len(ids):].tolist()
+        tokens = out[0, len(ids) :].tolist()
         ttft = clock.stamps[1] - start if len(clock.stamps) > 1 else e2e
         return Sample(len(ids), 0, ttft, e2e, tokens)
 

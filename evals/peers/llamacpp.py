@@ -11,8 +11,10 @@ from evals.bench import Sample
 
 BENCH_ENV = Path(__file__).resolve().parents[2] / ".bench-env"  # the repository root's
 WORKER = Path(__file__).with_name("llamacpp_worker.py")
-SETUP = ('python3 -m venv .bench-env && CMAKE_ARGS="-DGGML_NATIVE=ON" '
-         ".bench-env/bin/pip install llama-cpp-python==0.3.36   # source build, ~7 min on 2 cores")
+SETUP = (
+    'python3 -m venv .bench-env && CMAKE_ARGS="-DGGML_NATIVE=ON" '
+    ".bench-env/bin/pip install llama-cpp-python==0.3.36   # source build, ~7 min on 2 cores"
+)
 
 
 class PeerUnavailable(RuntimeError):
@@ -23,16 +25,26 @@ class LlamaCppRunner:
     """Runner protocol over the worker process. `ram_cache` adds llama-cpp-python's LlamaRAMCache
     (several saved prompt states) to the live-context reuse that llama.cpp always does."""
 
-    def __init__(self, model_path: str, ram_cache: bool = True, threads: int = 2, ctx: int = 4096,
-                 env: Path = BENCH_ENV) -> None:
+    def __init__(
+        self,
+        model_path: str,
+        ram_cache: bool = True,
+        threads: int = 2,
+        ctx: int = 4096,
+        env: Path = BENCH_ENV,
+    ) -> None:
         python = env / "bin" / "python"
         if not python.exists():
             raise PeerUnavailable(f"llama.cpp peer skipped: no {python}. Set it up with: {SETUP}")
         self.name = "llama.cpp" + (" +RAM cache" if ram_cache else "")
         self.ram_cache = ram_cache
-        self.proc = subprocess.Popen([str(python), str(WORKER), model_path, "--threads", str(threads),
-                                      "--ctx", str(ctx)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     text=True, bufsize=1)
+        self.proc = subprocess.Popen(
+            [str(python), str(WORKER), model_path, "--threads", str(threads), "--ctx", str(ctx)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            bufsize=1,
+        )
         hello = self._read()
         self.version = hello.get("llama_cpp_python", "?")
 
@@ -41,8 +53,10 @@ class LlamaCppRunner:
         line = self.proc.stdout.readline()
         if not line:
             code = self.proc.wait(timeout=30)
-            raise PeerUnavailable(f"llama.cpp worker exited ({code}); is llama-cpp-python installed in "
-                                  f"{BENCH_ENV}? Set it up with: {SETUP}")
+            raise PeerUnavailable(
+                f"llama.cpp worker exited ({code}); is llama-cpp-python installed in "
+                f"{BENCH_ENV}? Set it up with: {SETUP}"
+            )
         reply = json.loads(line)
         if "error" in reply:
             raise RuntimeError(f"llama.cpp worker: {reply['error']}")

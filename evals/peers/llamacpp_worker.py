@@ -58,8 +58,13 @@ def generate(llm: Llama, ids: list[int], max_new_tokens: int) -> dict:
     e2e = time.perf_counter() - start
     if llm.cache is not None:
         llm.cache[ids + out] = llm.save_state()
-    return {"prompt_tokens": len(ids), "cached_tokens": max(reused, 0), "ttft_s": ttft, "e2e_s": e2e,
-            "output_ids": out}
+    return {
+        "prompt_tokens": len(ids),
+        "cached_tokens": max(reused, 0),
+        "ttft_s": ttft,
+        "e2e_s": e2e,
+        "output_ids": out,
+    }
 
 
 def main() -> int:
@@ -68,8 +73,14 @@ def main() -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--ctx", type=int, default=4096)
     args = p.parse_args()
-    llm = Llama(args.model, n_ctx=args.ctx, n_batch=512, n_threads=args.threads,
-                n_threads_batch=args.threads, verbose=False)
+    llm = Llama(
+        args.model,
+        n_ctx=args.ctx,
+        n_batch=512,
+        n_threads=args.threads,
+        n_threads_batch=args.threads,
+        verbose=False,
+    )
     print(json.dumps({"ready": True, "llama_cpp_python": llama_cpp.__version__}), flush=True)
     for line in sys.stdin:
         req = json.loads(line)

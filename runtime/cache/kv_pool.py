@@ -61,8 +61,13 @@ class KVPool(SlotAllocator):
     levels plus a scale per (token, head) in two more planes of the same layout."""
 
     def __init__(
-        self, size: int, num_layers: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype | KVFormat,
-        device: str
+        self,
+        size: int,
+        num_layers: int,
+        num_kv_heads: int,
+        head_dim: int,
+        dtype: torch.dtype | KVFormat,
+        device: str,
     ) -> None:
         super().__init__(size)
         self.fmt = dtype if isinstance(dtype, KVFormat) else KVFormat.plain(dtype)
@@ -83,7 +88,9 @@ class KVPool(SlotAllocator):
             plane.index_copy_(2, idx, values)
 
     @staticmethod
-    def bytes_per_token(num_layers: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype | KVFormat) -> int:
+    def bytes_per_token(
+        num_layers: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype | KVFormat
+    ) -> int:
         fmt = dtype if isinstance(dtype, KVFormat) else KVFormat.plain(dtype)
         return fmt.bytes_per_token(num_layers, num_kv_heads, head_dim)
 

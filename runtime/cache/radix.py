@@ -104,7 +104,9 @@ class RadixCache:
     def _root_or_empty(self, namespace: str) -> TreeNode:
         """The namespace's root, or a detached empty one: lookups never create roots (a root per
         probed salt would outlive every bound), only `insert` does."""
-        return self.roots.get(namespace) or TreeNode(key=[], value=[], parent=None, namespace=namespace, lock_ref=1)
+        return self.roots.get(namespace) or TreeNode(
+            key=[], value=[], parent=None, namespace=namespace, lock_ref=1
+        )
 
     def _walk(self, key: Sequence[int], namespace: str, split: bool = True) -> Iterator[tuple[TreeNode, int]]:
         """The nodes `key` runs through from its namespace's root, each with how many of its
@@ -124,7 +126,9 @@ class RadixCache:
             yield child, n
             node, pos = child, pos + n
 
-    def match_prefix(self, key: Sequence[int], namespace: str = "", session_id: str | None = None) -> MatchResult:
+    def match_prefix(
+        self, key: Sequence[int], namespace: str = "", session_id: str | None = None
+    ) -> MatchResult:
         """Longest cached prefix of `key`; splits the last node at a partial match."""
         start = time.perf_counter()
         now = self.clock()
@@ -190,8 +194,15 @@ class RadixCache:
             self._touch(child, now, priority, session_id)
             node, pos = child, pos + n
         if pos < len(key):
-            leaf = TreeNode(key=list(key[pos:]), value=list(slots[pos:]), parent=node, namespace=namespace,
-                            last_access_time=now, creation_time=now, priority=priority)
+            leaf = TreeNode(
+                key=list(key[pos:]),
+                value=list(slots[pos:]),
+                parent=node,
+                namespace=namespace,
+                last_access_time=now,
+                creation_time=now,
+                priority=priority,
+            )
             if session_id is not None:
                 leaf.sessions.add(session_id)
             node.children[key[pos]] = leaf
@@ -261,7 +272,9 @@ class RadixCache:
     def _leaves(self) -> list[TreeNode]:
         return list(self._leaves_set)
 
-    def path_nodes(self, key: Sequence[int], namespace: str = "", split_at: int | None = None) -> list[tuple[TreeNode, int]]:
+    def path_nodes(
+        self, key: Sequence[int], namespace: str = "", split_at: int | None = None
+    ) -> list[tuple[TreeNode, int]]:
         """(node, start offset) along the cached part of `key`, without touching access stats.
 
         With `split_at`, a node straddling that offset is split there first, so that every node

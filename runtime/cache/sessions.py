@@ -100,8 +100,12 @@ class SessionRegistry:
     #: sessions opened between sweeps for idle ones; tool names with a wait model of their own
     SWEEP_EVERY, MAX_TOOLS = 256, 256
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic, prior_weight: float = 16.0,
-                 idle_timeout_s: float = 3600.0) -> None:
+    def __init__(
+        self,
+        clock: Callable[[], float] = time.monotonic,
+        prior_weight: float = 16.0,
+        idle_timeout_s: float = 3600.0,
+    ) -> None:
         if prior_weight < 0 or idle_timeout_s <= 0:
             raise ValueError("prior_weight must be >= 0 and idle_timeout_s > 0")
         #: a session silent this long with nothing in flight is closed (clients that never send
@@ -196,7 +200,9 @@ class SessionRegistry:
             self.hint_ratios.add(took / state.hint)
         if state.hint is None or state.tool:
             for name in {state.tool, ""}:
-                if not name or name in self.waits or len(self.waits) < self.MAX_TOOLS:  # client names: bounded
+                if (
+                    not name or name in self.waits or len(self.waits) < self.MAX_TOOLS
+                ):  # client names: bounded
                     self.waits.setdefault(name, ResidualModel()).add(took)
         state.wait_started = state.hint = None
 

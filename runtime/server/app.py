@@ -55,7 +55,9 @@ class BodyLimitMiddleware:
         names = [name for name, _ in scope.get("headers") or []]
         declared = dict(scope.get("headers") or []).get(b"content-length")
         if b"transfer-encoding" in names and declared is not None:
-            await _refuse(scope, receive, send, 400, "Content-Length and Transfer-Encoding together are refused")
+            await _refuse(
+                scope, receive, send, 400, "Content-Length and Transfer-Encoding together are refused"
+            )
             return
         if names.count(b"content-length") > 1:
             await _refuse(scope, receive, send, 400, "more than one Content-Length header")

@@ -94,7 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--context-length", type=int, default=None)
     p.add_argument("--radix-eviction-policy", default="lru", choices=_policy_names())
     p.add_argument("--disable-radix-cache", action="store_true", help="turn the prefix cache off")
-    p.add_argument("--dtype", default="auto", choices=DTYPES, help="auto: float32, or bfloat16 with --torchao-config")
+    p.add_argument(
+        "--dtype", default="auto", choices=DTYPES, help="auto: float32, or bfloat16 with --torchao-config"
+    )
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     p.add_argument(
         "--torchao-config",
@@ -123,24 +125,44 @@ def build_parser() -> argparse.ArgumentParser:
         help="serve GET /debug/integrity (cache invariants and lock counts; not for untrusted clients)",
     )
     p.add_argument("--log-level", default="info", choices=LOG_LEVELS)
-    p.add_argument("--max-request-bytes", type=int, default=32 * 2**20,
-                   help="request bodies over this many bytes get HTTP 413")
+    p.add_argument(
+        "--max-request-bytes",
+        type=int,
+        default=32 * 2**20,
+        help="request bodies over this many bytes get HTTP 413",
+    )
     p.add_argument(
         "--tool-call-parser",
         default="qwen25",
         choices=_tool_formats(),
         help="tool-call format in the model's output (SGLang's names; qwen25 = hermes-style <tool_call>{...}</tool_call>)",
     )
-    p.add_argument("--max-threads", type=int, default=64,
-                   help="generation requests served at once; more get 503 at once (streams count until "
-                        "their first token)")
-    p.add_argument("--timeout-read", type=float, default=30.0,
-                   help="seconds a request may take to arrive whole (headers and body); then 408 / closed")
+    p.add_argument(
+        "--max-threads",
+        type=int,
+        default=64,
+        help="generation requests served at once; more get 503 at once (streams count until "
+        "their first token)",
+    )
+    p.add_argument(
+        "--timeout-read",
+        type=float,
+        default=30.0,
+        help="seconds a request may take to arrive whole (headers and body); then 408 / closed",
+    )
     p.add_argument("--timeout-keep-alive", type=float, default=5.0, help="seconds an idle connection is kept")
-    p.add_argument("--limit-concurrency", type=int, default=512,
-                   help="connections held at once; more are answered 503 and closed")
-    p.add_argument("--h11-max-incomplete-event-size", type=int, default=64 * 1024,
-                   help="bytes of request line and headers buffered before a 400")
+    p.add_argument(
+        "--limit-concurrency",
+        type=int,
+        default=512,
+        help="connections held at once; more are answered 503 and closed",
+    )
+    p.add_argument(
+        "--h11-max-incomplete-event-size",
+        type=int,
+        default=64 * 1024,
+        help="bytes of request line and headers buffered before a 400",
+    )
     return p
 
 

@@ -36,7 +36,11 @@ _GAUGES = (
     ("kv_bytes_held", "kv_bytes_held", "K/V bytes held: pool + running requests' buffers + parked buffers."),
     ("kv_request_buffer_bytes", "kv_request_buffer_bytes", "K/V bytes in running requests' own buffers."),
     ("kv_parked_buffer_bytes", "kv_parked_buffer_bytes", "K/V bytes in parked (reusable) request buffers."),
-    ("kv_bytes_per_token", "kv_bytes_per_token", "KV pool bytes per cached token (follows --kv-cache-dtype)."),
+    (
+        "kv_bytes_per_token",
+        "kv_bytes_per_token",
+        "KV pool bytes per cached token (follows --kv-cache-dtype).",
+    ),
     ("match_time_mean_s", "match_time_seconds", "Mean radix-tree prefix match time."),
     ("queue_depth", "queue_depth", "Requests waiting in the engine queue."),
     ("running", "num_running_reqs", "Requests being decoded."),
@@ -59,7 +63,9 @@ class EngineStatsCollector(Collector):
             if key in stats:
                 yield GaugeMetricFamily(P + name, doc, value=float(stats[key] or 0))
         if "kv_cache_dtype" in stats:
-            info = GaugeMetricFamily(P + "kv_cache_dtype_info", "How K/V is stored.", labels=["kv_cache_dtype"])
+            info = GaugeMetricFamily(
+                P + "kv_cache_dtype_info", "How K/V is stored.", labels=["kv_cache_dtype"]
+            )
             info.add_metric([str(stats["kv_cache_dtype"])], 1.0)
             yield info
 

@@ -96,10 +96,14 @@ def native_router(state: ServerState) -> APIRouter:
         sections = loads_api.parse_sections(include)
         if format not in (None, "json", "prometheus"):
             raise ApiError(400, f"format: {format!r} is not one of 'json', 'prometheus'")
-        loads = [] if dp_rank not in (None, 0) else [await state.bridge.call(loads_api.snapshot, state.engine)]
+        loads = (
+            [] if dp_rank not in (None, 0) else [await state.bridge.call(loads_api.snapshot, state.engine)]
+        )
         loads = [loads_api.select_sections(load, sections) for load in loads]
         if format == "prometheus":
-            return Response(loads_api.prometheus(loads), media_type="text/plain; version=0.0.4; charset=utf-8")
+            return Response(
+                loads_api.prometheus(loads), media_type="text/plain; version=0.0.4; charset=utf-8"
+            )
         accelerator, count = loads_api.accelerator(state.engine)
         return JSONResponse({
             "timestamp": datetime.now(UTC).isoformat(),
@@ -124,7 +128,9 @@ def native_router(state: ServerState) -> APIRouter:
 
     @r.post("/close_session")
     async def close_session(req: CloseSessionRequest) -> Response:
-        await state.bridge.call(state.engine.session_event, req.session_id, "close", cache_salt=req.cache_salt)
+        await state.bridge.call(
+            state.engine.session_event, req.session_id, "close", cache_salt=req.cache_salt
+        )
         return Response(status_code=200)
 
     @r.post("/session_event")

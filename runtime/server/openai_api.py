@@ -39,7 +39,9 @@ def openai_router(state: ServerState) -> APIRouter:
             _check_single(req, prompt if prompt is not None else input_ids)
             streams = await _open_streams(state, kwargs, req.n)
             echo = _echo_text(state, prompt, input_ids, 0) if req.echo else ""
-            return StreamingResponse(call.stream(streams, chat=False, echo=echo), media_type="text/event-stream")
+            return StreamingResponse(
+                call.stream(streams, chat=False, echo=echo), media_type="text/event-stream"
+            )
         outs = await abort_on_disconnect(state, request, kwargs["rid"], _generate_n(state, kwargs, req))
         echo = (
             [_echo_text(state, prompt, input_ids, i // req.n) for i in range(len(outs))] if req.echo else None
@@ -151,7 +153,9 @@ def _kwargs(
     )
 
 
-async def _open_streams(state: ServerState, kwargs: dict[str, Any], n: int) -> list[AsyncIterator[dict[str, Any]]]:
+async def _open_streams(
+    state: ServerState, kwargs: dict[str, Any], n: int
+) -> list[AsyncIterator[dict[str, Any]]]:
     """One engine stream per choice; the first is opened (and its prompt queued) before the others,
     so they find its prefix in the tree instead of computing it again."""
     streams: list[AsyncIterator[dict[str, Any]]] = []
@@ -177,9 +181,14 @@ async def _generate_n(state: ServerState, kwargs: dict[str, Any], req: _OpenAIBa
     prompts = value if isinstance(value, list) and value and isinstance(value[0], (str, list)) else [value]
     if count > 1 or len(prompts) > 1:
         sampling = kwargs["sampling_params"]
-        kwargs = {**kwargs, key: [p for p in prompts for _ in range(count)],
-                  "sampling_params": [lp.choice_sampling(sampling, i) for _ in prompts for i in range(count)]}
-        kwargs["rid"] = normalize_rid(kwargs["rid"], len(prompts) * count, True)  # rid_0, rid_1, ... as SGLang
+        kwargs = {
+            **kwargs,
+            key: [p for p in prompts for _ in range(count)],
+            "sampling_params": [lp.choice_sampling(sampling, i) for _ in prompts for i in range(count)],
+        }
+        kwargs["rid"] = normalize_rid(
+            kwargs["rid"], len(prompts) * count, True
+        )  # rid_0, rid_1, ... as SGLang
     if count > n and not kwargs.get("return_logprob"):
         kwargs["return_logprob"] = True  # ranking needs them; the response shows them only if asked
     out = await state.bridge.generate(**kwargs)
@@ -259,7 +268,13 @@ class _Call:
             text = (echo[i] if echo else "") + out["text"]
             logprobs = lp.completion_logprobs(meta, bool(echo)) if self.logprobs else None
             choices.append(
-                {"index": i, "text": text, "logprobs": logprobs, "finish_reason": reason, "matched_stop": matched}
+                {
+                    "index": i,
+                    "text": text,
+                    "logprobs": logprobs,
+                    "finish_reason": reason,
+                    "matched_stop": matched,
+                }
             )
         body = self._envelope("text_completion", choices)
         body["usage"] = usage([o["meta_info"] for o in outs], self.req.n)
@@ -345,7 +360,9 @@ class _Call:
             events.append(sse(self._with_usage(self._chunk(chat, i, "", _finish(meta)[0]), meta)))
         return events
 
-    def _new_logprobs(self, meta: dict[str, Any], chat: bool, start: int, offset: int) -> dict[str, Any] | None:
+    def _new_logprobs(
+        self, meta: dict[str, Any], chat: bool, start: int, offset: int
+    ) -> dict[str, Any] | None:
         if not self.logprobs:
             return None
         if chat:

@@ -71,7 +71,9 @@ class ServerState:
             kwargs["rid"] = rid
         return kwargs
 
-    def check_session_params(self, session_params: dict[str, Any] | None, cache_salt: Salt = None) -> str | None:
+    def check_session_params(
+        self, session_params: dict[str, Any] | None, cache_salt: Salt = None
+    ) -> str | None:
         """SGLang's `session_params.id` must name an open session of this salt (unlike a top-level
         `session_id`, which opens its session on first use). Returns the id."""
         sid = (session_params or {}).get("id")
@@ -83,7 +85,9 @@ class ServerState:
             raise UnknownSession(f"session {sid!r} is not open (open it with /open_session)")
         return sid
 
-    def observe(self, endpoint: str, outputs: dict[str, Any] | list[dict[str, Any]], stream: bool = False) -> None:
+    def observe(
+        self, endpoint: str, outputs: dict[str, Any] | list[dict[str, Any]], stream: bool = False
+    ) -> None:
         if self.metrics is None:
             return
         for out in outputs if isinstance(outputs, list) else [outputs]:

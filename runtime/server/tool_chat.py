@@ -57,7 +57,10 @@ class ToolCalling:
             raise ApiError(400, "logprobs: not available on streamed tool calls (stream=false returns them)")
 
     async def prompt(
-        self, messages: list[dict[str, Any]], p: ToolPlan | None, template_kwargs: dict[str, Any] | None = None
+        self,
+        messages: list[dict[str, Any]],
+        p: ToolPlan | None,
+        template_kwargs: dict[str, Any] | None = None,
     ) -> tuple[str, list[int] | None]:
         """The prompt text and, where earlier tool-call turns are restored from the memo, its tokens
         with those turns as generated (send these: they are what the cache holds)."""

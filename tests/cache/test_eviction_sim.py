@@ -7,13 +7,34 @@ from evals.eviction.cli import main
 from evals.eviction.simulator import Replay, budget_for
 from evals.eviction.workloads import make
 
-ROW_KEYS = {"workload", "sessions", "budget_fraction", "policy", "prompt_tokens", "cached_tokens", "hit_rate",
-            "recomputed_tokens", "seconds"}
+ROW_KEYS = {
+    "workload",
+    "sessions",
+    "budget_fraction",
+    "policy",
+    "prompt_tokens",
+    "cached_tokens",
+    "hit_rate",
+    "recomputed_tokens",
+    "seconds",
+}
 
 
 def test_cli_small_run_writes_schema(tmp_path) -> None:
-    rc = main(["--workloads", "agents,chat,chat-sessions", "--sessions", "6", "--budgets", "0.25,1",
-               "--steps", "4,6", "--out", str(tmp_path)])
+    rc = main(
+        [
+            "--workloads",
+            "agents,chat,chat-sessions",
+            "--sessions",
+            "6",
+            "--budgets",
+            "0.25,1",
+            "--steps",
+            "4,6",
+            "--out",
+            str(tmp_path),
+        ]
+    )
     assert rc == 0
     results = json.loads((tmp_path / "results.json").read_text())
     assert isinstance(results["budget_definition"], str) and results["budget_definition"]

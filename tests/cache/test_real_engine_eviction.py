@@ -21,8 +21,9 @@ def _ids(seed: int) -> list[int]:
 
 
 def _gen(eng, ids: list[int], session_id: str | None = None) -> dict:
-    return eng.generate(input_ids=ids, sampling_params={"max_new_tokens": 2, "temperature": 0.0},
-                        session_id=session_id)["meta_info"]
+    return eng.generate(
+        input_ids=ids, sampling_params={"max_new_tokens": 2, "temperature": 0.0}, session_id=session_id
+    )["meta_info"]
 
 
 def _scenario(eng) -> tuple[dict, dict]:

@@ -8,11 +8,26 @@ from runtime import sglang_plugin
 
 def test_imports_without_sglang_and_builds_launch_command() -> None:
     cmd = sglang_plugin.launch_command(["--", "--model-path", "m", "--port", "1"], python="py")
-    assert cmd == ["py", "-m", "sglang.launch_server", "--radix-eviction-policy", "session", "--model-path", "m",
-                   "--port", "1", "--constrained-json-disable-any-whitespace"]
+    assert cmd == [
+        "py",
+        "-m",
+        "sglang.launch_server",
+        "--radix-eviction-policy",
+        "session",
+        "--model-path",
+        "m",
+        "--port",
+        "1",
+        "--constrained-json-disable-any-whitespace",
+    ]
     keep = sglang_plugin.launch_command(["--radix-eviction-policy=lru"], python="py")
-    assert keep == ["py", "-m", "sglang.launch_server", "--radix-eviction-policy=lru",
-                    "--constrained-json-disable-any-whitespace"]
+    assert keep == [
+        "py",
+        "-m",
+        "sglang.launch_server",
+        "--radix-eviction-policy=lru",
+        "--constrained-json-disable-any-whitespace",
+    ]
 
 
 def test_register_against_fake_sglang(monkeypatch) -> None:
@@ -26,8 +41,12 @@ def test_register_against_fake_sglang(monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "sglang.srt.mem_cache.utils", utils)
     monkeypatch.setitem(sys.modules, "sglang.srt.server_args", args)
     # The real client may be loaded in this process (test_sglang_client): hide its other modules.
-    for name in ("sglang.srt.arg_groups", "sglang.srt.arg_groups.choices", "sglang.srt.mem_cache.evict_policy",
-                 "sglang.srt.mem_cache.unified_cache.components.base"):
+    for name in (
+        "sglang.srt.arg_groups",
+        "sglang.srt.arg_groups.choices",
+        "sglang.srt.mem_cache.evict_policy",
+        "sglang.srt.mem_cache.unified_cache.components.base",
+    ):
         monkeypatch.setitem(sys.modules, name, None)
     sglang_plugin.register()
     sglang_plugin.register()

@@ -13,13 +13,43 @@ from evals.peers.report import render_report
 
 pytestmark = pytest.mark.slow
 
-REUSE_KEYS = {"engine", "shared_prefix_tokens", "prompt_tokens", "ttft_cold_s", "ttft_cached_s", "ttft_cold_p50_s",
-              "ttft_cached_p50_s", "cached_tokens", "speedup_ttft", "prefill_tok_s", "decode_tok_s",
-              "decode_context_tokens", "decode_tokens", "outputs_identical"}
-THROUGHPUT_KEYS = {"sessions", "prompt_tokens", "completion_tokens", "cached_tokens", "decode_tok_s",
-                   "output_tok_s", "ttft_p50_s", "ttft_p95_s", "wall_s"}
-HIT_KEYS = {"engine", "sessions", "rounds", "requests", "prompt_tokens", "cached_tokens", "hit_rate",
-            "ttft_later_rounds_p50_s"}
+REUSE_KEYS = {
+    "engine",
+    "shared_prefix_tokens",
+    "prompt_tokens",
+    "ttft_cold_s",
+    "ttft_cached_s",
+    "ttft_cold_p50_s",
+    "ttft_cached_p50_s",
+    "cached_tokens",
+    "speedup_ttft",
+    "prefill_tok_s",
+    "decode_tok_s",
+    "decode_context_tokens",
+    "decode_tokens",
+    "outputs_identical",
+}
+THROUGHPUT_KEYS = {
+    "sessions",
+    "prompt_tokens",
+    "completion_tokens",
+    "cached_tokens",
+    "decode_tok_s",
+    "output_tok_s",
+    "ttft_p50_s",
+    "ttft_p95_s",
+    "wall_s",
+}
+HIT_KEYS = {
+    "engine",
+    "sessions",
+    "rounds",
+    "requests",
+    "prompt_tokens",
+    "cached_tokens",
+    "hit_rate",
+    "ttft_later_rounds_p50_s",
+}
 
 
 def test_bench_sections_on_the_engine(engine):
@@ -32,8 +62,10 @@ def test_bench_sections_on_the_engine(engine):
     assert min(reuse["cached_tokens"]) >= reuse["shared_prefix_tokens"]
     rows = results["throughput"]["rows"]
     assert [r["sessions"] for r in rows] == list(cfg.sessions)
-    assert all(set(r) == THROUGHPUT_KEYS and r["completion_tokens"] == r["sessions"] * cfg.session_new_tokens
-               for r in rows)
+    assert all(
+        set(r) == THROUGHPUT_KEYS and r["completion_tokens"] == r["sessions"] * cfg.session_new_tokens
+        for r in rows
+    )
     assert "decode_2_over_1" in results["throughput"]
     hits = results["multi_session"]["radixagent"]
     assert set(hits) == HIT_KEYS and hits["requests"] == cfg.hit_docs * 2 and hits["hit_rate"] > 0.3

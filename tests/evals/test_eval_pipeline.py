@@ -28,15 +28,44 @@ from runtime.backends.base import Backend, Completion
 from tasks import suites
 from tasks.suites import ItemOutcome, SuiteOptions, SuiteOutcome
 
-MODE_KEYS = {"requests", "prompt_tokens", "cached_tokens", "hit_rate", "prefill_tokens_computed",
-             "ttft_p50_s", "ttft_p95_s", "e2e_s", "outputs_identical", "accuracy"}
+MODE_KEYS = {
+    "requests",
+    "prompt_tokens",
+    "cached_tokens",
+    "hit_rate",
+    "prefill_tokens_computed",
+    "ttft_p50_s",
+    "ttft_p95_s",
+    "e2e_s",
+    "outputs_identical",
+    "accuracy",
+}
 
 
-def call(i: int, key: str, out: list[int], prompt: int = 100, cached: int = 0, ttft: float = 0.1,
-         error: str | None = None) -> CallRecord:
-    return CallRecord(index=i, prompt_key=key, prompt_tokens=prompt, cached_tokens=cached, completion_tokens=len(out),
-                      ttft_s=ttft, latency_s=ttft + 0.5, output_ids=out, text="", finish_reason="stop",
-                      session_id=None, started_s=0.0, error=error)
+def call(
+    i: int,
+    key: str,
+    out: list[int],
+    prompt: int = 100,
+    cached: int = 0,
+    ttft: float = 0.1,
+    error: str | None = None,
+) -> CallRecord:
+    return CallRecord(
+        index=i,
+        prompt_key=key,
+        prompt_tokens=prompt,
+        cached_tokens=cached,
+        completion_tokens=len(out),
+        ttft_s=ttft,
+        latency_s=ttft + 0.5,
+        output_ids=out,
+        text="",
+        finish_reason="stop",
+        session_id=None,
+        started_s=0.0,
+        error=error,
+    )
 
 
 # ---- pure metrics ---------------------------------------------------------------------------------
@@ -51,7 +80,11 @@ def test_compare_outputs_pairs_by_prompt_and_counts_divergence() -> None:
     a = [call(0, "p1", [1, 2]), call(1, "p2", [3]), call(2, "p2", [4]), call(3, "p3", [5])]
     same_other_order = [call(0, "p2", [3]), call(1, "p1", [1, 2]), call(2, "p2", [4]), call(3, "p3", [5])]
     assert compare_outputs(a, same_other_order) == Comparison(4, 4)
-    diverged = [call(0, "p1", [1, 2]), call(1, "p2", [9]), call(2, "pX", [4])]  # p2 differs, then p3 never happens
+    diverged = [
+        call(0, "p1", [1, 2]),
+        call(1, "p2", [9]),
+        call(2, "pX", [4]),
+    ]  # p2 differs, then p3 never happens
     cmp = compare_outputs(a, diverged)
     assert cmp == Comparison(4, 1) and cmp.fraction == 0.25
     failed = [call(0, "p1", [1, 2]), call(1, "p2", [], error="BackendError: boom")]
@@ -59,10 +92,16 @@ def test_compare_outputs_pairs_by_prompt_and_counts_divergence() -> None:
 
 
 def test_mode_metrics_and_speedups() -> None:
-    cached = [call(0, "a", [1], prompt=1000, cached=0, ttft=2.0), call(1, "b", [1], prompt=1100, cached=999, ttft=0.1),
-              call(2, "c", [1], prompt=1200, cached=1099, ttft=0.2), call(3, "d", [], error="x")]
-    uncached = [call(i, k, [1], prompt=p, ttft=t) for i, (k, p, t) in
-                enumerate([("a", 1000, 2.0), ("b", 1100, 2.2), ("c", 1200, 2.4)])]
+    cached = [
+        call(0, "a", [1], prompt=1000, cached=0, ttft=2.0),
+        call(1, "b", [1], prompt=1100, cached=999, ttft=0.1),
+        call(2, "c", [1], prompt=1200, cached=1099, ttft=0.2),
+        call(3, "d", [], error="x"),
+    ]
+    uncached = [
+        call(i, k, [1], prompt=p, ttft=t)
+        for i, (k, p, t) in enumerate([("a", 1000, 2.0), ("b", 1100, 2.2), ("c", 1200, 2.4)])
+    ]
     c = mode_metrics(cached, e2e_s=[10.0, 12.0, 11.0], accuracy=[0.5, 1.0], identical=1.0, items=2)
     u = mode_metrics(uncached, e2e_s=[30.0], accuracy=[0.5], identical=1.0, items=2)
     assert c.keys() >= MODE_KEYS
@@ -70,15 +109,20 @@ def test_mode_metrics_and_speedups() -> None:
     assert c["prefill_tokens_computed"] == 3300 - 2098 and c["hit_rate"] == pytest.approx(2098 / 3300)
     assert c["ttft_p50_s"] == 0.2 and c["e2e_s"] == 11.0 and c["accuracy"] == 0.75
     entry = suite_entry(c, u, Comparison(3, 3))
-    assert entry["speedup_ttft_p50"] == pytest.approx(2.2 / 0.2) and entry["speedup_e2e"] == pytest.approx(30 / 11)
+    assert entry["speedup_ttft_p50"] == pytest.approx(2.2 / 0.2) and entry["speedup_e2e"] == pytest.approx(
+        30 / 11
+    )
     assert suite_entry(c, None, None)["speedup_e2e"] is None
 
 
 def test_regressions_flag_speedup_identity_and_accuracy_drops() -> None:
     def results(ttft: float, e2e: float, identical: float, acc: float | None) -> dict[str, Any]:
         mode = {"outputs_identical": identical, "accuracy": acc, "hit_rate": 0.9}
-        return {"suites": {"longdoc": {"cached": mode, "uncached": mode, "speedup_ttft_p50": ttft,
-                                       "speedup_e2e": e2e}}}
+        return {
+            "suites": {
+                "longdoc": {"cached": mode, "uncached": mode, "speedup_ttft_p50": ttft, "speedup_e2e": e2e}
+            }
+        }
 
     base = results(12.0, 2.5, 1.0, 0.5)
     assert find_regressions(results(11.0, 2.4, 1.0, 0.5), base) == []  # within 10 %
@@ -99,8 +143,18 @@ class FakeBackend(Backend):
         self.prefix_cache_args: list[bool] = []
         self.flushes = 0
 
-    def generate(self, prompt=None, input_ids=None, sampling_params=None, *, session_id=None, cache_salt=None,
-                 priority=None, prefix_cache=True, rid=None) -> Completion:
+    def generate(
+        self,
+        prompt=None,
+        input_ids=None,
+        sampling_params=None,
+        *,
+        session_id=None,
+        cache_salt=None,
+        priority=None,
+        prefix_cache=True,
+        rid=None,
+    ) -> Completion:
         self.prefix_cache_args.append(prefix_cache)
         doc = prompt.split("?")[0]
         hit = prefix_cache and doc in self.seen
@@ -108,9 +162,16 @@ class FakeBackend(Backend):
             self.seen.add(doc)
         n = len(prompt.split())
         cached = len(doc.split()) - 1 if hit else 0
-        return Completion(text=f"answer {len(prompt)}", output_ids=[len(prompt) % 97], prompt_tokens=n,
-                          cached_tokens=cached, completion_tokens=1, finish_reason="stop",
-                          ttft_s=0.01 if hit else 0.2, latency_s=0.3)
+        return Completion(
+            text=f"answer {len(prompt)}",
+            output_ids=[len(prompt) % 97],
+            prompt_tokens=n,
+            cached_tokens=cached,
+            completion_tokens=1,
+            finish_reason="stop",
+            ttft_s=0.01 if hit else 0.2,
+            latency_s=0.3,
+        )
 
     def flush_cache(self) -> bool:
         self.seen.clear()
@@ -123,15 +184,35 @@ def fake_suite(backend: Backend, options: SuiteOptions) -> SuiteOutcome:
     items = []
     for i, q in enumerate(["what is one?", "what is two?", "what is three?"][: options.limit]):
         out = backend.generate(prompt=f"{doc}? {q}", sampling_params={"temperature": 0.0})
-        items.append(ItemOutcome(f"q{i}", out.text, i % 2 == 0, "ok", [{"ttft_s": out.ttft_s, "kind": "qa",
-                     "prompt_tokens": out.prompt_tokens, "cached_tokens": out.cached_tokens}]))
+        items.append(
+            ItemOutcome(
+                f"q{i}",
+                out.text,
+                i % 2 == 0,
+                "ok",
+                [
+                    {
+                        "ttft_s": out.ttft_s,
+                        "kind": "qa",
+                        "prompt_tokens": out.prompt_tokens,
+                        "cached_tokens": out.cached_tokens,
+                    }
+                ],
+            )
+        )
     return SuiteOutcome("fake", items, e2e_s=1.0 if options.prefix_cache else 3.0)
 
 
 def fake_setup() -> EvalSetup:
     backend = FakeBackend()
-    return EvalSetup(backend_label="fake", model="fake-model", machine="test", method="fake flag",
-                     cached=backend, uncached=backend)
+    return EvalSetup(
+        backend_label="fake",
+        model="fake-model",
+        machine="test",
+        method="fake flag",
+        cached=backend,
+        uncached=backend,
+    )
 
 
 def test_recording_backend_forces_prefix_cache_and_flushes() -> None:
@@ -188,10 +269,15 @@ def test_ctrl_c_keeps_what_was_measured(tmp_path: Path, monkeypatch: pytest.Monk
 
 
 # ---- the real engine ------------------------------------------------------------------------------------
-DOC = ("Notes from the harbour office. " * 6 + "The secret code for the east gate is 4172. "
-       + "Boats arrive in the morning and leave at dusk. " * 8)
-QUESTIONS = [("q1", "What is the secret code for the east gate?", "4172"),
-             ("q2", "When do boats leave?", "dusk")]
+DOC = (
+    "Notes from the harbour office. " * 6
+    + "The secret code for the east gate is 4172. "
+    + "Boats arrive in the morning and leave at dusk. " * 8
+)
+QUESTIONS = [
+    ("q1", "What is the secret code for the east gate?", "4172"),
+    ("q2", "When do boats leave?", "dusk"),
+]
 
 
 def tiny_suite(backend: Backend, options: SuiteOptions) -> SuiteOutcome:
@@ -204,14 +290,30 @@ def tiny_suite(backend: Backend, options: SuiteOptions) -> SuiteOutcome:
     for item_id, question, gold in QUESTIONS[: options.limit]:
         prompt, steps = head + f"<|im_start|>user\n{question}<|im_end|>\n<|im_start|>assistant\n", []
         for step in range(2):
-            out = backend.generate(input_ids=backend.tokenize(prompt),
-                                   sampling_params={"max_new_tokens": 8, "temperature": 0.0})
-            steps.append(StepRecord(run_id=item_id, session_id=item_id, branch=0, step=step, kind="qa",
-                                    prompt_tokens=out.prompt_tokens, cached_tokens=out.cached_tokens,
-                                    ideal_cached_tokens=0, completion_tokens=out.completion_tokens,
-                                    ttft_s=out.ttft_s, latency_s=out.latency_s, finish_reason=out.finish_reason,
-                                    prefix_break=None, tool=None))
-            prompt += out.text + "<|im_end|>\n<|im_start|>user\nOne word only.<|im_end|>\n<|im_start|>assistant\n"
+            out = backend.generate(
+                input_ids=backend.tokenize(prompt), sampling_params={"max_new_tokens": 8, "temperature": 0.0}
+            )
+            steps.append(
+                StepRecord(
+                    run_id=item_id,
+                    session_id=item_id,
+                    branch=0,
+                    step=step,
+                    kind="qa",
+                    prompt_tokens=out.prompt_tokens,
+                    cached_tokens=out.cached_tokens,
+                    ideal_cached_tokens=0,
+                    completion_tokens=out.completion_tokens,
+                    ttft_s=out.ttft_s,
+                    latency_s=out.latency_s,
+                    finish_reason=out.finish_reason,
+                    prefix_break=None,
+                    tool=None,
+                )
+            )
+            prompt += (
+                out.text + "<|im_end|>\n<|im_start|>user\nOne word only.<|im_end|>\n<|im_start|>assistant\n"
+            )
         items.append(ItemOutcome(item_id, out.text, gold in out.text, "ok", steps))
     return SuiteOutcome("tiny", items, e2e_s=time.perf_counter() - started)
 

@@ -385,9 +385,7 @@ def test_prompts_at_and_past_the_context_limit(client: httpx.Client, tally: Tall
             body = {"input_ids": ids, "stream": stream, "sampling_params": {"temperature": 0}}
             assert _post(client, tally, "/generate", body) == expected, (n, stream)
             assert (
-                _post(
-                    client, tally, "/v1/completions", {"prompt": ids, "max_tokens": 1, "stream": stream}
-                )
+                _post(client, tally, "/v1/completions", {"prompt": ids, "max_tokens": 1, "stream": stream})
                 == expected
             )
         text = " ".join(["hello"] * n)

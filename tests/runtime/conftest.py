@@ -20,7 +20,9 @@ def document(engine) -> str:
 
 
 def chat(engine, system: str, user: str) -> str:
-    return engine.apply_chat_template([{"role": "system", "content": system}, {"role": "user", "content": user}])
+    return engine.apply_chat_template(
+        [{"role": "system", "content": system}, {"role": "user", "content": user}]
+    )
 
 
 GREEDY = {"temperature": 0, "max_new_tokens": 16}

@@ -54,7 +54,9 @@ def test_a_request_that_fails_to_start_errors_and_the_engine_keeps_serving(engin
 
     ids = engine.tokenize("The injected failure test prompt, long enough to share a prefix with the next.")
     params = {"temperature": 0, "max_new_tokens": 4}
-    engine.generate(input_ids=ids, sampling_params=params)  # cache the prompt: the failure happens with a lock held
+    engine.generate(
+        input_ids=ids, sampling_params=params
+    )  # cache the prompt: the failure happens with a lock held
     monkeypatch.setattr(buffers, "take", broken)
     with pytest.raises(RuntimeError, match="injected start failure"):
         engine.generate(input_ids=ids, sampling_params=params)

@@ -54,7 +54,9 @@ def test_cached_tokens_exact_on_token_ids(engine):
         r1 = sibling.generate(input_ids=base, sampling_params={"temperature": 0, "max_new_tokens": 1})
         assert r1["meta_info"]["cached_tokens"] == 0
         # same prefix, diverging after 60 tokens: exactly 60 hit (and the split keeps the rest)
-        r2 = sibling.generate(input_ids=base[:60] + list(range(2000, 2040)), sampling_params={"max_new_tokens": 1})
+        r2 = sibling.generate(
+            input_ids=base[:60] + list(range(2000, 2040)), sampling_params={"max_new_tokens": 1}
+        )
         assert r2["meta_info"]["cached_tokens"] == 60
         # the full first prompt again: everything but the last token (its logits are recomputed)
         r3 = sibling.generate(input_ids=base, sampling_params={"temperature": 0, "max_new_tokens": 1})
@@ -138,21 +140,28 @@ def test_seeded_sampling_is_reproducible(engine):
 
 
 def test_stop_strings_and_max_tokens(engine):
-    r = engine.generate(prompt="1, 2, 3, 4,", sampling_params={"temperature": 0, "max_new_tokens": 20, "stop": [" 7"]})
+    r = engine.generate(
+        prompt="1, 2, 3, 4,", sampling_params={"temperature": 0, "max_new_tokens": 20, "stop": [" 7"]}
+    )
     assert " 7" not in r["text"] and r["meta_info"]["finish_reason"]["type"] in ("stop", "length")
-    r = engine.generate(prompt="Hello", sampling_params={"temperature": 0, "max_new_tokens": 3, "ignore_eos": True})
+    r = engine.generate(
+        prompt="Hello", sampling_params={"temperature": 0, "max_new_tokens": 3, "ignore_eos": True}
+    )
     assert r["meta_info"]["completion_tokens"] == 3
     assert r["meta_info"]["finish_reason"] == {"type": "length", "length": 3}
 
 
-@pytest.mark.parametrize("kwargs", [
-    {"prompt": ""},
-    {"prompt": "hi", "sampling_params": {"max_new_tokens": -1}},
-    {"prompt": "hi", "sampling_params": {"temperature": -0.5}},
-    {"prompt": "hi", "sampling_params": {"top_p": 0}},
-    {"input_ids": [1, 2, 10**9]},
-    {"prompt": "hi", "input_ids": [1]},
-])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"prompt": ""},
+        {"prompt": "hi", "sampling_params": {"max_new_tokens": -1}},
+        {"prompt": "hi", "sampling_params": {"temperature": -0.5}},
+        {"prompt": "hi", "sampling_params": {"top_p": 0}},
+        {"input_ids": [1, 2, 10**9]},
+        {"prompt": "hi", "input_ids": [1]},
+    ],
+)
 def test_bad_input_is_a_typed_error(engine, kwargs):
     with pytest.raises(InvalidRequest):
         engine.generate(**kwargs)
@@ -190,8 +199,12 @@ def test_fanout_computes_shared_prefix_once(engine):
         alone = engine.sibling(disable_radix_cache=True, max_total_tokens=1024)
         try:
             for p, r in zip(prompts, results, strict=True):
-                assert alone.generate(input_ids=p, sampling_params={"temperature": 0, "max_new_tokens": 2})[
-                    "output_ids"] == r["output_ids"]
+                assert (
+                    alone.generate(input_ids=p, sampling_params={"temperature": 0, "max_new_tokens": 2})[
+                        "output_ids"
+                    ]
+                    == r["output_ids"]
+                )
         finally:
             alone.shutdown()
         sibling.check_integrity()

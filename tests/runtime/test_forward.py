@@ -26,7 +26,9 @@ def loaded():
 
 @pytest.fixture(scope="module")
 def int4_engine(loaded, engine):
-    model = LlamaModel(ModelConfig.from_hf(loaded.hf_config), loaded.state_dict, torch.bfloat16, "cpu", "int4wo-32")
+    model = LlamaModel(
+        ModelConfig.from_hf(loaded.hf_config), loaded.state_dict, torch.bfloat16, "cpu", "int4wo-32"
+    )
     eng = Engine.from_model(model, loaded.tokenizer, "smollm2-int4wo-32", eos_ids=engine.eos_ids,
                             max_total_tokens=8192)  # fmt: skip
     yield eng
@@ -61,7 +63,9 @@ def test_int4wo_streams_a_sixth_of_the_weights_and_answers(int4_engine, engine):
 
 def test_int4wo_cached_equals_uncached_and_batched_equals_alone(int4_engine, document):
     uncached = int4_engine.sibling(disable_radix_cache=True)
-    prompts = [chat(int4_engine, document, q) for q in ("What is this essay about?", "Who is mentioned first?")]
+    prompts = [
+        chat(int4_engine, document, q) for q in ("What is this essay about?", "Who is mentioned first?")
+    ]
     try:
         first = [int4_engine.generate(p, sampling_params=GREEDY) for p in prompts]
         again = int4_engine.generate(prompts[0], sampling_params=GREEDY)
@@ -88,8 +92,9 @@ def test_attention_mask_variants_are_bit_identical(prefix, new):
                length=prefix)  # fmt: skip
     q = torch.randn(1, 9, new, 64, generator=g)
     seen = torch.arange(prefix + new)[None, :] <= (prefix + torch.arange(new))[:, None]
-    reference = F.scaled_dot_product_attention(q, kv.k[0].unsqueeze(0), kv.v[0].unsqueeze(0), attn_mask=seen,
-                                               enable_gqa=True)
+    reference = F.scaled_dot_product_attention(
+        q, kv.k[0].unsqueeze(0), kv.v[0].unsqueeze(0), attn_mask=seen, enable_gqa=True
+    )
     views = _Views.of(kv, new, "cpu", torch.float32)
     assert views.causal == (prefix == 0) and (views.mask is None) == (prefix == 0)
     out = F.scaled_dot_product_attention(q, views.k[0], views.v[0], attn_mask=views.mask, is_causal=views.causal,

@@ -12,8 +12,15 @@ def tiny_gpt2(tmp_path_factory, engine):
 
     torch.manual_seed(0)
     folder = tmp_path_factory.mktemp("tiny-gpt2")
-    config = GPT2Config(n_layer=2, n_embd=64, n_head=4, n_positions=512, vocab_size=len(engine.tokenizer),
-                        eos_token_id=engine.tokenizer.eos_token_id, bos_token_id=1)
+    config = GPT2Config(
+        n_layer=2,
+        n_embd=64,
+        n_head=4,
+        n_positions=512,
+        vocab_size=len(engine.tokenizer),
+        eos_token_id=engine.tokenizer.eos_token_id,
+        bos_token_id=1,
+    )
     GPT2LMHeadModel(config).save_pretrained(folder)
     engine.tokenizer.save_pretrained(folder)
     return folder

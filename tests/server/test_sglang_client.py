@@ -78,8 +78,12 @@ def test_sgl_select_scores_choices_by_logprob(server, engine) -> None:
     prefix = "Q: What color is the sky on a clear day?\nA: The sky is"
     start = len(engine.tokenize(prefix)) - 2
     for choice, score in zip(choices, scores, strict=True):
-        out = engine.generate(prompt=prefix + choice, sampling_params={"max_new_tokens": 0},
-                              return_logprob=True, logprob_start_len=start)
+        out = engine.generate(
+            prompt=prefix + choice,
+            sampling_params={"max_new_tokens": 0},
+            return_logprob=True,
+            logprob_start_len=start,
+        )
         values = [lp for lp, _, _ in out["meta_info"]["input_token_logprobs"][1:]]
         assert score == pytest.approx(sum(values) / len(values), abs=1e-4) and score < 0
 
@@ -90,8 +94,14 @@ def test_sgl_gen_returns_logprobs(server) -> None:
     @sgl.function
     def continue_(s):
         s += "Once upon a time"
-        s += sgl.gen("rest", max_tokens=4, temperature=0, return_logprob=True, top_logprobs_num=2,
-                     return_text_in_logprobs=True)
+        s += sgl.gen(
+            "rest",
+            max_tokens=4,
+            temperature=0,
+            return_logprob=True,
+            top_logprobs_num=2,
+            return_text_in_logprobs=True,
+        )
 
     state = continue_.run(backend=backend)
     meta = state.get_meta_info("rest")

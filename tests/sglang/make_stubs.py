@@ -39,10 +39,34 @@ def __getattr__(name):
 '''
 
 PACKAGES = {
-    "torchvision": ["transforms", "transforms.functional", "transforms.v2", "transforms.v2.functional", "io",
-                    "ops", "utils", "models", "datasets", "transforms.InterpolationMode"],
-    "sgl_kernel": ["common_ops", "allreduce", "elementwise", "gemm", "moe", "sampling", "attention", "utils",
-                   "kvcacheio", "memory", "quantization", "speculative", "top_k", "cpu"],
+    "torchvision": [
+        "transforms",
+        "transforms.functional",
+        "transforms.v2",
+        "transforms.v2.functional",
+        "io",
+        "ops",
+        "utils",
+        "models",
+        "datasets",
+        "transforms.InterpolationMode",
+    ],
+    "sgl_kernel": [
+        "common_ops",
+        "allreduce",
+        "elementwise",
+        "gemm",
+        "moe",
+        "sampling",
+        "attention",
+        "utils",
+        "kvcacheio",
+        "memory",
+        "quantization",
+        "speculative",
+        "top_k",
+        "cpu",
+    ],
 }
 VERSIONS = {"torchvision": "0.28.0", "sgl_kernel": "0.0.0+stub"}
 

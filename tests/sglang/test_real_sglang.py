@@ -44,8 +44,10 @@ def test_serves_with_session_policy() -> None:
 
     info = requests.get(f"{URL}/get_server_info", timeout=30).json()
     assert info["radix_eviction_policy"] == "session"
-    out = _post("/generate", {"text": "The capital of France is", "sampling_params": {"max_new_tokens": 4,
-                                                                                     "temperature": 0}})
+    out = _post(
+        "/generate",
+        {"text": "The capital of France is", "sampling_params": {"max_new_tokens": 4, "temperature": 0}},
+    )
     assert out["text"] and out["meta_info"]["completion_tokens"] >= 1
 
 
