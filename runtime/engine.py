@@ -15,9 +15,11 @@ import torch
 from runtime import model_files
 from runtime.cache.kv_format import KVFormat
 from runtime.cache.kv_pool import KVPool
+from runtime.cache.manager import NoCacheManager, RadixCacheManager
 from runtime.cache.namespace import namespace_key, session_key
 from runtime.cache.policies import make_policy
 from runtime.cache.radix import RadixCache
+from runtime.cache.request_kv import BufferedKV
 from runtime.config import EngineConfig, check_pool_fits, derive_pool_size
 from runtime.errors import EngineClosed, InvalidRequest, Overloaded, PromptTooLong, UnknownSession
 from runtime.hf_model import HFModel
@@ -164,18 +166,24 @@ class Engine:
         self.pool = KVPool(size, mc.layers, mc.kv_heads, mc.head_dim, fmt, cfg.device)
         self.sessions = SessionRegistry(clock=time.monotonic)
         kwargs = {"sessions": self.sessions} if cfg.radix_eviction_policy == "session" else {}
-        self.cache = RadixCache(self.pool, make_policy(cfg.radix_eviction_policy, **kwargs))
+        tree = RadixCache(self.pool, make_policy(cfg.radix_eviction_policy, **kwargs))
+        manager = NoCacheManager if cfg.disable_radix_cache else RadixCacheManager
+        self.request_kv = BufferedKV(self.pool, mc, cfg.device)
+        self.manager = manager(tree, self.request_kv)
         self.scheduler = Scheduler(
             self.model,
-            self.pool,
-            self.cache,
+            self.manager,
             self.tokenizer,
             self.eos_ids,
             cfg.max_running_requests,
             cfg.chunked_prefill_size,
-            not cfg.disable_radix_cache,
             self.sessions,
         )
+
+    @property
+    def cache(self) -> RadixCache:
+        """The radix tree (read-only use: the cache manager owns it)."""
+        return self.manager.tree
 
     @staticmethod
     def _eos_ids(loaded: model_files.LoadedModel) -> set[int]:
@@ -465,7 +473,7 @@ class Engine:
         with self.scheduler.lock:
             if self.scheduler.running or self.scheduler.queued:
                 return False
-            self.cache.reset()
+            self.manager.reset()
             return True
 
     def session_event(self, session_id: str, event: str, **info: Any) -> None:
@@ -527,7 +535,7 @@ class Engine:
         (a second copy of its cached prefix and room for its output), plus parked buffers kept for
         reuse. Call under the scheduler lock."""
         running = sum(r.kv.nbytes for r in self.scheduler.running if r.kv is not None)
-        parked = self.scheduler.buffers.nbytes
+        parked = self.request_kv.spare.nbytes
         return {
             "kv_request_buffer_bytes": running,
             "kv_parked_buffer_bytes": parked,
@@ -537,9 +545,8 @@ class Engine:
     def check_integrity(self) -> None:
         """Raises AssertionError when pool accounting, lock refs or slot ownership are broken."""
         with self.scheduler.lock:
-            self.cache.check_integrity(self.scheduler.in_flight_slots())
-            if not self.scheduler.running:
-                assert self.cache.protected_size == 0, f"{self.cache.protected_size} tokens still locked"
+            self.manager.check_integrity()
+            assert len(self.manager.leases) == len(self.scheduler.running), "a lease outlived its request"
 
     def shutdown(self) -> None:
         if not self._closed:

@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from runtime.cache.radix import TreeNode
+from runtime.cache.manager import Lease
 from runtime.logprobs import LogprobState
 from runtime.model import SeqKV
 from runtime.sampling import Sampler, SamplingParams
@@ -30,10 +30,7 @@ class Request:
     arrival: float = field(default_factory=time.perf_counter)
     # scheduling state
     cached_len: int = 0  # prompt tokens served from the cache (reported)
-    tree_len: int = 0  # leading positions whose slots the tree owns (locked through last_node)
-    last_node: TreeNode | None = None  # locked while the request runs
-    slots: list[int] = field(default_factory=list)  # KV slot per position (cached + reserved)
-    kv: SeqKV | None = None
+    lease: Lease | None = None  # its hold on the cache manager while it runs
     output_ids: list[int] = field(default_factory=list)
     first_token_time: float | None = None
     finish_reason: dict[str, Any] | None = None
@@ -43,6 +40,13 @@ class Request:
     done: threading.Event = field(default_factory=threading.Event)
     text: str = ""
     error: BaseException | None = None
+
+    @property
+    def kv(self) -> SeqKV | None:
+        """This request's K/V buffer while it runs (the cache manager owns it)."""
+        kv = self.lease.kv if self.lease is not None else None
+        assert kv is None or isinstance(kv, SeqKV)
+        return kv
 
     @property
     def prefilled(self) -> bool:

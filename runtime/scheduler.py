@@ -25,11 +25,10 @@ from dataclasses import dataclass
 
 import torch
 
-from runtime.cache.kv_pool import KVPool
-from runtime.cache.radix import RadixCache
+from runtime.cache.manager import RadixCacheManager
 from runtime.errors import EngineClosed
 from runtime.meters import ServeMeters
-from runtime.model import LlamaModel, Segment, SpareBuffers
+from runtime.model import LlamaModel, Segment
 from runtime.request import Request
 from runtime.sampling import SamplingParams
 
@@ -82,18 +81,15 @@ class Scheduler:
     def __init__(
         self,
         model: LlamaModel,
-        pool: KVPool,
-        cache: RadixCache,
+        manager: RadixCacheManager,
         tokenizer,
         eos_ids: set[int],
         max_running: int,
         chunk_size: int,
-        cache_enabled: bool,
         sessions,
     ) -> None:
-        self.model, self.pool, self.cache, self.tokenizer = model, pool, cache, tokenizer
+        self.model, self.manager, self.tokenizer = model, manager, tokenizer
         self.eos_ids, self.max_running, self.chunk_size = eos_ids, max_running, chunk_size
-        self.cache_enabled = cache_enabled
         self.sessions = sessions
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
@@ -102,8 +98,6 @@ class Scheduler:
         self.wake = threading.Event()
         self.closed = False
         self.stats = ServeStats()
-        # parked request buffers: at most half the pool's own size, and 1 GiB
-        self.buffers = SpareBuffers(model.cfg, pool.fmt, model.device, min(pool.capacity_bytes // 2, 2**30))
         self._worker_lock = threading.Lock()  # guards closing, starting and retiring the worker thread
         self.thread: threading.Thread | None = None
         self.live: dict[int, Request] = {}  # submitted and not finished, by id(): what abort() looks at
@@ -208,14 +202,10 @@ class Scheduler:
             return
         self.model = swap.model
         self.weights_version += 1
-        self.cache.reset()  # nothing is locked: no request runs
+        self.manager.reset()  # nothing is locked: no request runs
         swap.paused = len(self.waiting)
         self.swap = None
         swap.done.set()
-
-    def in_flight_slots(self) -> list[int]:
-        """Slots owned by running requests and not yet by the tree (integrity checks)."""
-        return [s for r in self.running for s in r.slots[r.tree_len :]]
 
     # ---- the loop ---------------------------------------------------------------------
     def _loop(self) -> None:
@@ -318,7 +308,7 @@ class Scheduler:
                 self.waiting.remove(req)
                 self._finish(req, abort_reason())
                 continue
-            if self.running and reserved + self._footprint(req) > self.pool.size:
+            if self.running and reserved + self._footprint(req) > self.manager.pool.size:
                 return  # queue rather than over-commit: wait for running requests to finish
             if self._shares_pending_prefix(req):
                 continue  # a running request is computing our prefix: start once it is published
@@ -337,22 +327,20 @@ class Scheduler:
         """Longest cached prefix first (SGLang's LPM), ties in arrival order: a request whose
         prefix is in the tree runs before that prefix can be evicted, and costs little to start."""
         waiting = list(self.waiting)
-        if not self.cache_enabled or not 1 < len(waiting) <= LPM_MAX_QUEUE:
+        if not 1 < len(waiting) <= LPM_MAX_QUEUE:
             return waiting
         return sorted(waiting, key=lambda r: -self.cached_prefix(r))  # sorted() is stable
 
     def cached_prefix(self, req: Request) -> int:
         """Prompt tokens the tree would serve `req` now (a peek: changes nothing). Never the last
         prompt token: its logits are always computed (see _start)."""
-        if not (self.cache_enabled and req.use_cache):
-            return 0
-        return min(self.cache.cached_length(req.input_ids, req.namespace), self._match_limit(req))
+        return min(self.manager.peek(req.input_ids, req.namespace, req.use_cache), self._match_limit(req))
 
     def _shares_pending_prefix(self, req: Request) -> bool:
         """True when a still-prefilling request covers a long uncached prefix of `req` (forks,
         QA fan-out, the choices of n > 1): waiting for its publish computes that prefix once
         instead of n times. An identical prompt always waits, however short."""
-        if not (self.cache_enabled and req.use_cache):
+        if not self.manager.shares(req.use_cache):
             return False
         for other in self.running:
             if other.prefilled or not other.use_cache or other.namespace != req.namespace:
@@ -365,34 +353,25 @@ class Scheduler:
         return False
 
     def _start(self, req: Request) -> None:
-        """Match the cached prefix, lock it, copy its KV into the request's buffer."""
+        """Match the cached prefix, lock it, take slots and a buffer holding its KV (one call)."""
         req.weights_version = self.weights_version
-        if self.cache_enabled and req.use_cache:
-            match = self.cache.match_prefix(
-                req.input_ids[: self._match_limit(req)], req.namespace, req.session_id
-            )
-            req.cached_len = req.tree_len = match.length
-            req.last_node = match.node
-            self.cache.lock(match.node)
-            req.slots = list(match.slots)
-        capacity = len(req.input_ids) + req.params.max_new_tokens
-        req.kv = self.buffers.take(capacity)
-        if req.cached_len:
-            self.pool.read(req.slots, req.kv.span(0, req.cached_len))
-            req.kv.length = req.cached_len
-        req.slots += self._alloc(len(req.input_ids) - req.cached_len)
-
-    def _alloc(self, n: int) -> list[int]:
-        if n > self.pool.available:
-            self.cache.evict(n - self.pool.available)
-        return self.pool.alloc(n)
+        req.lease = self.manager.start(
+            req.input_ids[: self._match_limit(req)],
+            len(req.input_ids),
+            req.namespace,
+            req.session_id,
+            req.priority,
+            share=req.use_cache,
+            capacity=len(req.input_ids) + req.params.max_new_tokens,
+        )
+        req.cached_len = req.lease.cached_len
 
     def _build_batch(self) -> tuple[list[Segment], list[Request]]:
         budget, segments, fed = self.chunk_size, [], []
         decoding = [r for r in self.running if r.prefilled]
         prefilling = [r for r in self.running if not r.prefilled]
         for req in decoding:
-            req.slots += self._alloc(1)
+            self.manager.extend(req.lease, 1)
             segments.append(Segment(req.kv, req.next_chunk(1)))
             fed.append(req)
             budget -= 1
@@ -410,31 +389,12 @@ class Scheduler:
         """First time the prompt is complete: publish it to the tree so later requests share it."""
         if req.output_ids or not self._may_insert(req):
             return
-        self._publish(req, len(req.input_ids))
+        self.manager.publish(req.lease, req.input_ids, len(req.input_ids))
 
     def _may_insert(self, req: Request) -> bool:
-        """KV goes into the tree only from a healthy request computed under the current weights."""
-        return (
-            self.cache_enabled
-            and req.use_cache
-            and req.error is None
-            and req.weights_version == self.weights_version
-        )
-
-    def _publish(self, req: Request, upto: int) -> None:
-        """Insert the first `upto` positions into the tree and move the lock to the new path end."""
-        assert req.kv is not None and req.last_node is not None
-        key = (req.input_ids + req.output_ids)[:upto]
-        present = self.cache.insert(key, req.slots[:upto], req.namespace, req.priority, req.session_id)
-        adopted = req.slots[present:upto]
-        if adopted:
-            self.pool.write(adopted, req.kv.span(present, upto))
-        self.pool.free(req.slots[req.tree_len : present])  # computed twice: keep the tree's copy
-        match = self.cache.find_node(key, req.namespace)
-        assert match.length == upto, "tree lost a just-inserted path"
-        self.cache.lock(match.node)
-        self.cache.unlock(req.last_node)
-        req.last_node, req.slots, req.tree_len = match.node, match.slots + req.slots[upto:], upto
+        """KV goes into the tree only from a healthy request computed under the current weights
+        (the manager adds: only from a lease that shares)."""
+        return req.error is None and req.weights_version == self.weights_version
 
     def _emit_token(self, req: Request, logits: torch.Tensor, now: float) -> None:
         if req.params.max_new_tokens == 0:
@@ -500,17 +460,13 @@ class Scheduler:
         req.done.set()
 
     def _release(self, req: Request) -> None:
-        """Give the computed KV to the tree (or back to the pool) and drop the lock."""
+        """Give the computed KV to the tree (or back to the pool) and drop the lock.
+        An aborted request's computed KV is as valid as a finished one's: SGLang inserts it too."""
+        if req.lease is None:
+            return  # failed before its lease was granted
         computed = req.kv.length if req.kv is not None else 0
-        # An aborted request's computed KV is as valid as a finished one's: SGLang inserts it too.
-        if self._may_insert(req) and req.last_node is not None and computed > 0:
-            self._publish(req, computed)
-        self.pool.free(req.slots[req.tree_len :])
-        if req.last_node is not None:
-            self.cache.unlock(req.last_node)
-        if req.kv is not None:
-            self.buffers.give(req.kv)
-        req.slots, req.kv, req.last_node = [], None, None
+        self.manager.release(req.lease, req.input_ids + req.output_ids, computed, self._may_insert(req))
+        req.lease = None
 
     def _fail_all(self, exc: BaseException) -> None:
         for req in list(self.running) + list(self.waiting):

@@ -1,4 +1,4 @@
-"""Trace-driven replay of a `Workload` over the real RadixCache + SlotAllocator (no model).
+"""Trace-driven replay of a `Workload` over the engine's own cache manager (no model).
 
 Virtual time, event-driven. A request arrives, matches its prompt in the tree, locks the match
 and allocates slots for its uncached prompt suffix and its output (in-flight KV); when the pool
@@ -19,9 +19,11 @@ from dataclasses import dataclass, field
 
 from evals.eviction.workloads import Workload
 from runtime.cache.kv_pool import SlotAllocator
+from runtime.cache.manager import Lease, RadixCacheManager
 from runtime.cache.policies import make_policy
-from runtime.cache.radix import EvictionPolicy, MatchResult, RadixCache, TreeNode
+from runtime.cache.radix import EvictionPolicy, RadixCache, TreeNode
 from runtime.cache.sessions import SessionRegistry
+from runtime.errors import PoolExhausted
 
 POLICIES = ("lru", "lfu", "fifo", "slru", "priority", "session", "oracle")
 _FINISH, _ARRIVE = 0, 1  # finishes first at equal times: they free memory
@@ -39,8 +41,7 @@ class _Session:
 class _Request:
     s: int
     prompt: list[int]
-    match: MatchResult | None = None
-    new_slots: list[int] = field(default_factory=list)
+    lease: Lease | None = None
     arrived: float = 0.0
 
 
@@ -83,6 +84,7 @@ class Replay:
         size = budget if budget is not None else sum(_footprint(p) for p in workload.sessions) + 1
         self.alloc = SlotAllocator(size)
         self.cache = RadixCache(self.alloc, pol, clock=lambda: self.now)
+        self.manager = RadixCacheManager(self.cache)  # the engine's match/lock/alloc/insert/free
         self.sessions = [_Session(list(p.prefix)) for p in workload.sessions]
         self.events: list[tuple[float, int, int, int, _Request | None]] = []
         self.queue: deque[_Request] = deque()
@@ -146,16 +148,11 @@ class Replay:
         plan = self.w.sessions[req.s]
         sid = plan.sid if self.w.events else None
         step = plan.steps[self.sessions[req.s].step]
-        m = self.cache.match_prefix(req.prompt, session_id=sid)
-        self.cache.lock(m.node)
-        need = len(req.prompt) - m.length + len(step.output)
-        if self.alloc.available < need:
-            self.cache.evict(need - self.alloc.available)
-            if self.alloc.available < need:
-                self.cache.unlock(m.node)
-                return False
-        req.match, req.new_slots = m, self.alloc.alloc(need)
-        self._account(req, m.length)
+        try:
+            req.lease = self.manager.start(req.prompt, len(req.prompt) + len(step.output), session_id=sid)
+        except PoolExhausted:
+            return False
+        self._account(req, req.lease.cached_len)
         self._push(self.now + step.duration, _FINISH, req.s, req)
         return True
 
@@ -185,15 +182,10 @@ class Replay:
         plan, st = self.w.sessions[req.s], self.sessions[req.s]
         step = plan.steps[st.step]
         sid = plan.sid if self.w.events else None
-        assert req.match is not None
+        assert req.lease is not None
         full = req.prompt + step.output
-        self.seen.update(full[req.match.length :])
-        slots = req.match.slots + req.new_slots
-        held = self.cache.insert(full, slots, session_id=sid)
-        m = req.match.length
-        if held > m:
-            self.alloc.free(req.new_slots[: held - m])
-        self.cache.unlock(req.match.node)
+        self.seen.update(full[req.lease.cached_len :])
+        self.manager.release(req.lease, full, len(full), insert=True)
         st.context.extend(step.output)
         self._track(step.output, +1)
         if sid is not None:

@@ -298,7 +298,7 @@ class _Timed(_Base):
         r = self.trace.requests[i]
         m, slots = self.running.pop(i)
         prompt_new = len(r.blocks) - m.length
-        held = self.cache.insert(r.blocks, m.slots + slots[:prompt_new])
+        held = self.cache.insert(r.blocks, m.slots + slots[:prompt_new]).present
         self.alloc.free(slots[: max(0, held - m.length)])  # a twin inserted them first
         self.alloc.free(slots[prompt_new:])  # output KV: no block ids, nobody can read it again
         self.cache.unlock(m.node)

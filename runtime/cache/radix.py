@@ -11,9 +11,9 @@ from __future__ import annotations
 import heapq
 import itertools
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from runtime.cache.kv_pool import SlotAllocator
 
@@ -62,6 +62,12 @@ class MatchResult:
         return len(self.slots)
 
 
+class InsertResult(NamedTuple):
+    present: int  # leading tokens the tree already held: the caller frees its slots for those
+    node: TreeNode  # the node the inserted key ends at: lock it to keep `slots` alive
+    slots: list[int]  # the tree's slot per position of the key (its own copy where present)
+
+
 @dataclass(slots=True)
 class CacheCounters:
     inserts: int = 0
@@ -92,6 +98,8 @@ class RadixCache:
         self.evictable_size = 0  # tokens in unlocked nodes
         self.protected_size = 0  # tokens in locked nodes
         self._leaves_set: set[TreeNode] = set()  # non-root leaves, kept so eviction never walks the tree
+        #: called with each leaf about to be evicted (its slots still hold its KV): tiered storage
+        self.on_evict: Callable[[TreeNode], None] | None = None
 
     # ---- lookup -------------------------------------------------------------------------
     def root(self, namespace: str) -> TreeNode:
@@ -182,36 +190,50 @@ class RadixCache:
         namespace: str = "",
         priority: int = 0,
         session_id: str | None = None,
-    ) -> int:
-        """Add key→slots; returns how many leading tokens the tree already held.
-
-        The caller frees `slots[cached:returned]` (computed twice); the tree adopts the rest.
-        """
+    ) -> InsertResult:
+        """Add key→slots; says how many leading tokens the tree already held, and where the key
+        ends, in one walk. The caller frees `slots[cached:present]` (computed twice); the tree
+        adopts `slots[present:]`."""
         assert len(key) == len(slots)
         now = self.clock()
-        node, pos = self.root(namespace), 0
+        node, pos, path = self.root(namespace), 0, []
         for child, n in self._walk(key, namespace):
             self._touch(child, now, priority, session_id)
             node, pos = child, pos + n
+            path.extend(child.value)
+        present = pos
         if pos < len(key):
-            leaf = TreeNode(
-                key=list(key[pos:]),
-                value=list(slots[pos:]),
-                parent=node,
-                namespace=namespace,
-                last_access_time=now,
-                creation_time=now,
-                priority=priority,
-            )
-            if session_id is not None:
-                leaf.sessions.add(session_id)
-            node.children[key[pos]] = leaf
-            self._leaves_set.discard(node)
-            self._leaves_set.add(leaf)
-            self.evictable_size += len(leaf.key)
-            self.counters.inserts += 1
-            self.counters.inserted_tokens += len(leaf.key)
-        return pos
+            node = self._add_leaf(node, key[pos:], slots[pos:], now, priority, session_id)
+            path.extend(node.value)
+        return InsertResult(present, node, path)
+
+    def _add_leaf(
+        self,
+        parent: TreeNode,
+        key: Sequence[int],
+        slots: Sequence[int],
+        now: float,
+        priority: int,
+        session_id: str | None,
+    ) -> TreeNode:
+        leaf = TreeNode(
+            key=list(key),
+            value=list(slots),
+            parent=parent,
+            namespace=parent.namespace,
+            last_access_time=now,
+            creation_time=now,
+            priority=priority,
+        )
+        if session_id is not None:
+            leaf.sessions.add(session_id)
+        parent.children[key[0]] = leaf
+        self._leaves_set.discard(parent)
+        self._leaves_set.add(leaf)
+        self.evictable_size += len(leaf.key)
+        self.counters.inserts += 1
+        self.counters.inserted_tokens += len(leaf.key)
+        return leaf
 
     @staticmethod
     def _touch(node: TreeNode, now: float, priority: int, session_id: str | None) -> None:
@@ -256,6 +278,8 @@ class RadixCache:
 
     def _remove_leaf(self, node: TreeNode) -> int:
         assert node.parent is not None and node.is_leaf and node.lock_ref == 0
+        if self.on_evict is not None:
+            self.on_evict(node)
         self.allocator.free(node.value)
         parent = node.parent
         del parent.children[node.key[0]]
@@ -268,9 +292,6 @@ class RadixCache:
         self.counters.evictions += 1
         self.counters.evicted_tokens += len(node.key)
         return len(node.key)
-
-    def _leaves(self) -> list[TreeNode]:
-        return list(self._leaves_set)
 
     def path_nodes(
         self, key: Sequence[int], namespace: str = "", split_at: int | None = None

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from evals.eviction import real
 from evals.eviction.cli import main
@@ -84,3 +85,14 @@ def test_real_engine_experiment_leaves_the_policies_a_choice() -> None:
     pool, floored = real.pool_tokens(cfg, peak, biggest)
     assert not floored and pool >= 1.5 * biggest
     assert real.pool_tokens(cfg, 100, 90) == (106, True)
+
+
+def test_simulator_drives_the_engines_cache_manager() -> None:
+    """No copy of match/lock/alloc/insert/free/unlock: the replay runs the engine's class."""
+    import evals.eviction.simulator as sim
+    from runtime.cache.manager import RadixCacheManager
+
+    assert sim.RadixCacheManager is RadixCacheManager
+    src = Path(sim.__file__).read_text()
+    for call in ("match_prefix(", ".insert(", ".lock(", ".unlock(", "alloc.alloc(", "alloc.free("):
+        assert call not in src, f"simulator calls {call} itself"

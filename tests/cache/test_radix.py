@@ -5,6 +5,7 @@ import random
 import pytest
 
 from runtime.cache.kv_pool import SlotAllocator
+from runtime.cache.manager import RadixCacheManager
 from runtime.cache.policies import make_policy
 from runtime.cache.radix import RadixCache
 
@@ -23,11 +24,11 @@ def make(size: int = 64, policy: str = "lru") -> RadixCache:
 
 
 def put(cache: RadixCache, key: list[int], ns: str = "") -> int:
-    m = cache.match_prefix(key, ns)
-    new = cache.allocator.alloc(len(key) - m.length)
-    held = cache.insert(key, m.slots + new, ns)
-    cache.allocator.free(new[: held - m.length])
-    return m.length
+    """One request through the engine's cache manager: match, lock, alloc, insert, free, unlock."""
+    manager = RadixCacheManager(cache)
+    lease = manager.start(key, len(key), ns)
+    manager.release(lease, key, len(key), insert=True)
+    return lease.cached_len
 
 
 def test_exact_counts_and_split() -> None:
@@ -98,7 +99,7 @@ def test_randomized_integrity(policy: str) -> None:
             c.evict(need - c.allocator.available)
         if c.allocator.available >= need:
             new = c.allocator.alloc(need)
-            held = c.insert(key, m.slots + new, m.node.namespace)
+            held = c.insert(key, m.slots + new, m.node.namespace).present
             c.allocator.free(new[: held - m.length])
         locked.append(m.node)
         if len(locked) > 3 or rng.random() < 0.5:

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from runtime.cache.kv_pool import SlotAllocator
+from runtime.cache.manager import RadixCacheManager
 from runtime.cache.policies import make_policy
 from runtime.cache.radix import RadixCache
 from runtime.cache.sessions import ResidualModel, SessionRegistry
@@ -20,9 +21,9 @@ def test_abandon_marks_branch_after_checkpoint_and_evicts_it_first() -> None:
 
     def run(sid: str, key: list[int]) -> None:
         reg.on_request(sid)
-        m = cache.match_prefix(key, session_id=sid)
-        new = cache.allocator.alloc(len(key) - m.length)
-        cache.insert(key, m.slots + new, session_id=sid)
+        manager = RadixCacheManager(cache)
+        lease = manager.start(key, len(key), session_id=sid)
+        manager.release(lease, key, len(key), insert=True)
         reg.on_request_done(sid)
         clock.t += 1
 

@@ -45,7 +45,7 @@ def test_take_picks_among_several_parked_buffers():
 
 
 def test_a_request_that_fails_to_start_errors_and_the_engine_keeps_serving(engine, monkeypatch):
-    buffers = engine.scheduler.buffers
+    buffers = engine.request_kv.spare
     real_take = buffers.take
 
     def broken(capacity):

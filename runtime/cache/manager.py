@@ -1,0 +1,225 @@
+"""The one owner of the prefix cache: tree, slot pool and every running request's KV.
+
+A caller (the engine's scheduler, the eviction simulator, tests) never touches the tree or the
+pool itself; it holds a `Lease` per running request and calls, in this order:
+
+    lease = manager.start(key, reserve, ...)   # match + lock + alloc (evicting), one tree walk
+    manager.extend(lease, n)                   # n more slots (decode), evicting when short
+    manager.publish(lease, ids, upto)          # insert ids[:upto]; the lock moves to its end
+    manager.release(lease, ids, computed, insert=...)  # insert what was computed, free, unlock
+
+What mutates: `start` splits a node at a partial match and touches access times along the path;
+`start`/`extend` may evict unlocked leaves (lowest `policy.get_priority` first); `publish` adds
+nodes and frees slots that held KV the tree already had; `release` frees the rest and unlocks.
+A lease's `slots` stay valid while the lease is live: its matched path is locked, the rest is
+owned by the lease. Nothing else is safe to hold across a call that allocates.
+
+`RadixCacheManager` shares KV between requests; `NoCacheManager` (the uncached baseline,
+`disable_radix_cache`) implements the same interface and never matches or inserts. A lease
+started with `share=False` (per-request `prefix_cache=False`) behaves the same way.
+
+Hooks for other layers (tiered storage, miss analysis): `CacheHooks.on_evict(node)` runs for
+every leaf the tree evicts, before its slots are freed; `CacheHooks.on_miss(lease, key)` runs
+when `start` matched less than the whole key of a sharing lease.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from runtime.cache.kv_pool import SlotAllocator
+from runtime.cache.radix import CacheCounters, RadixCache, TreeNode
+
+
+class RequestKV(Protocol):
+    """Where a running request's KV lives apart from the pool's slots (the engine's per-request
+    buffers; the simulator has none). `take` returns a buffer filled with `slots`' KV."""
+
+    def take(self, slots: Sequence[int], capacity: int) -> object: ...
+    def adopt(self, buffer: object, slots: Sequence[int], start: int, stop: int) -> None: ...
+    def give(self, buffer: object) -> None: ...
+    def held_bytes(self, buffers: Sequence[object]) -> int: ...
+    @property
+    def budget_bytes(self) -> int: ...
+
+
+@dataclass(slots=True, eq=False)
+class Lease:
+    """One running request's hold on the cache. Only the manager mutates it."""
+
+    namespace: str
+    session_id: str | None
+    priority: int
+    shares: bool  # matches and inserts (False: uncached baseline or prefix_cache=False)
+    cached_len: int = 0  # prompt tokens served from the tree (what the request reports)
+    tree_len: int = 0  # leading positions whose slots the tree owns, locked through `node`
+    node: TreeNode | None = None  # deepest locked node (None when the lease never shares)
+    slots: list[int] = field(default_factory=list)  # one KV slot per position (cached + reserved)
+    kv: object | None = None  # the request's buffer from `RequestKV.take`, when there is one
+
+
+@dataclass(slots=True)
+class CacheHooks:
+    on_evict: Callable[[TreeNode], None] | None = None
+    on_miss: Callable[[Lease, Sequence[int]], None] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CacheSnapshot:
+    """Figures for stats and metrics, read under the engine's lock."""
+
+    tokens_in_use: int  # tokens held by the tree
+    evictable_tokens: int
+    protected_tokens: int
+    pool_capacity_tokens: int
+    pool_free_tokens: int
+    leases: int
+    kv_bytes_held: int  # pool + per-request + parked, as `RequestKV.held_bytes` counts them
+    counters: CacheCounters
+
+
+class RadixCacheManager:
+    """Match → lock → alloc → insert → free → unlock over a `RadixCache` and its allocator."""
+
+    def __init__(
+        self, tree: RadixCache, kv: RequestKV | None = None, hooks: CacheHooks | None = None
+    ) -> None:
+        self.tree = tree
+        self.pool: SlotAllocator = tree.allocator
+        self.kv = kv
+        self.hooks = hooks or CacheHooks()
+        tree.on_evict = self.hooks.on_evict
+        self.leases: set[Lease] = set()
+
+    # ---- reading ------------------------------------------------------------------------
+    def shares(self, share: bool) -> bool:
+        """Whether a lease asked with `share` would match and insert."""
+        return share
+
+    def peek(self, key: Sequence[int], namespace: str, share: bool = True) -> int:
+        """Leading tokens of `key` the tree would serve now; changes nothing."""
+        return self.tree.cached_length(key, namespace) if self.shares(share) else 0
+
+    # ---- a request's life -----------------------------------------------------------------
+    def start(
+        self,
+        key: Sequence[int],
+        reserve: int,
+        namespace: str = "",
+        session_id: str | None = None,
+        priority: int = 0,
+        share: bool = True,
+        capacity: int = 0,
+    ) -> Lease:
+        """Match `key` (the part of the prompt the cache may serve), lock the match and allocate
+        slots up to `reserve` positions. With a `RequestKV`, also a buffer of `capacity` positions
+        holding the matched KV. Raises `PoolExhausted` when eviction cannot make room; on any
+        error nothing stays locked or taken."""
+        lease = Lease(namespace, session_id, priority, self.shares(share))
+        if lease.shares:
+            match = self.tree.match_prefix(key, namespace, session_id)
+            lease.node, lease.slots = match.node, list(match.slots)
+            lease.cached_len = lease.tree_len = match.length
+            self.tree.lock(match.node)
+            if match.length < len(key) and self.hooks.on_miss is not None:
+                self.hooks.on_miss(lease, key)
+        try:
+            lease.slots += self._alloc(max(0, reserve - lease.cached_len))
+            if self.kv is not None:
+                lease.kv = self.kv.take(lease.slots[: lease.cached_len], capacity)
+        except BaseException:  # PoolExhausted, or a failing buffer: what was locked or taken goes back
+            self._drop(lease)
+            raise
+        self.leases.add(lease)
+        return lease
+
+    def extend(self, lease: Lease, n: int) -> None:
+        """n more slots at the end of the lease (evicting when the pool is short)."""
+        lease.slots += self._alloc(n)
+
+    def publish(self, lease: Lease, ids: Sequence[int], upto: int) -> None:
+        """Insert `ids[:upto]` (positions the lease computed or matched) into the tree; the lock
+        moves to the new path end. Slots holding KV the tree already had are freed."""
+        if not lease.shares or upto <= lease.tree_len:
+            return
+        assert lease.node is not None
+        key = list(ids[:upto])
+        done = self.tree.insert(key, lease.slots[:upto], lease.namespace, lease.priority, lease.session_id)
+        if self.kv is not None and done.present < upto:
+            self.kv.adopt(lease.kv, lease.slots, done.present, upto)
+        self.pool.free(lease.slots[lease.tree_len : done.present])  # computed twice: keep the tree's
+        self.tree.lock(done.node)
+        self.tree.unlock(lease.node)
+        lease.node, lease.tree_len = done.node, upto
+        lease.slots = done.slots + lease.slots[upto:]
+
+    def release(self, lease: Lease, ids: Sequence[int], computed: int, insert: bool) -> None:
+        """End the lease: with `insert`, publish the first `computed` positions; free the rest,
+        unlock, hand the buffer back. The lease is dead afterwards."""
+        if insert and computed > 0:
+            self.publish(lease, ids, computed)
+        self._drop(lease)
+
+    def _drop(self, lease: Lease) -> None:
+        self.pool.free(lease.slots[lease.tree_len :])
+        if lease.node is not None:
+            self.tree.unlock(lease.node)
+        if lease.kv is not None and self.kv is not None:
+            self.kv.give(lease.kv)
+        self.leases.discard(lease)
+        lease.slots, lease.kv, lease.node = [], None, None
+
+    # ---- memory -------------------------------------------------------------------------
+    def _alloc(self, n: int) -> list[int]:
+        if n > self.pool.available:
+            self.evict(n - self.pool.available)
+        return self.pool.alloc(n)
+
+    def evict(self, num_tokens: int) -> int:
+        """Free at least `num_tokens` slots from unlocked leaves, lowest priority first."""
+        return self.tree.evict(num_tokens)
+
+    def reset(self) -> None:
+        """Empty the tree (weights swap, flush). Only with no lease live."""
+        if self.leases:
+            raise RuntimeError("cannot reset the cache while requests hold leases")
+        self.tree.reset()
+
+    def snapshot(self) -> CacheSnapshot:
+        buffers = [le.kv for le in self.leases if le.kv is not None]
+        return CacheSnapshot(
+            tokens_in_use=self.tree.total_size,
+            evictable_tokens=self.tree.evictable_size,
+            protected_tokens=self.tree.protected_size,
+            pool_capacity_tokens=self.pool.size,
+            pool_free_tokens=self.pool.available,
+            leases=len(self.leases),
+            kv_bytes_held=self.kv.held_bytes(buffers) if self.kv is not None else 0,
+            counters=self.tree.counters,
+        )
+
+    def check_integrity(self) -> None:
+        """Tree (sizes, leaves, lock order), pool (every slot exactly one of free / tree /
+        lease), locks (each sharing lease's path locked; nothing locked with no lease) and the
+        KV budget (everything held fits `RequestKV.budget_bytes`). Raises AssertionError."""
+        in_flight = [s for le in self.leases for s in le.slots[le.tree_len :]]
+        self.tree.check_integrity(in_flight)
+        for le in self.leases:
+            assert le.tree_len <= len(le.slots), "lease owns fewer slots than its tree part"
+            assert (le.node is not None) == le.shares, "sharing lease without a locked node"
+            assert le.node is None or le.node.parent is None or le.node.lock_ref > 0, "lease path unlocked"
+        if not any(le.shares for le in self.leases):
+            assert self.tree.protected_size == 0, f"{self.tree.protected_size} tokens locked with no lease"
+        if self.kv is not None:
+            held = self.kv.held_bytes([le.kv for le in self.leases if le.kv is not None])
+            assert held <= self.kv.budget_bytes, f"KV held {held} B over the budget {self.kv.budget_bytes} B"
+
+
+class NoCacheManager(RadixCacheManager):
+    """The uncached baseline: the same interface, no lease ever matches or inserts, so the tree
+    stays empty and every slot goes back to the pool at release."""
+
+    def shares(self, share: bool) -> bool:
+        return False
