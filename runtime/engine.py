@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -16,34 +16,29 @@ from runtime import model_files
 from runtime.cache.kv_format import KVFormat
 from runtime.cache.kv_pool import KVPool
 from runtime.cache.manager import NoCacheManager, RadixCacheManager
-from runtime.cache.namespace import namespace_key, session_key
+from runtime.cache.namespace import Salt, namespace_key, session_key
 from runtime.cache.policies import make_policy
 from runtime.cache.radix import RadixCache
 from runtime.cache.request_kv import BufferedKV
 from runtime.config import EngineConfig, check_pool_fits, derive_pool_size
 from runtime.errors import EngineClosed, InvalidRequest, Overloaded, PromptTooLong, UnknownSession
+from runtime.generation import GenerationRequest, LogprobArgs, is_batch
 from runtime.hf_model import HFModel
 from runtime.logprobs import LogprobSpec, LogprobState
 from runtime.model import SUPPORTED, LlamaModel, ModelConfig
 from runtime.request import Request
 from runtime.sampling import Sampler, SamplingParams
 from runtime.scheduler import Scheduler
+from runtime.snapshot import EngineSnapshot
 from runtime.threads import in_fresh_thread
 
 log = logging.getLogger("radixagent.engine")
-#: SGLang's per-request logprob arguments of `generate` (each one value or one per prompt)
-LOGPROB_ARGS = ("return_logprob", "logprob_start_len", "top_logprobs_num", "return_text_in_logprobs")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-def check_total_tokens(prompt_len: int, params: Any, sp: SamplingParams, context_length: int) -> None:
+def check_total_tokens(prompt_len: int, explicit: bool, sp: SamplingParams, context_length: int) -> None:
     """SGLang's check: an explicit max_new_tokens that cannot fit the context window is an error
     (an unset one is clamped later)."""
-    explicit = (
-        params.get("max_new_tokens") is not None
-        if isinstance(params, dict)
-        else isinstance(params, SamplingParams)
-    )
     if explicit and prompt_len + sp.max_new_tokens > context_length:
         raise PromptTooLong(
             f"max_new_tokens: requested {prompt_len + sp.max_new_tokens} tokens "
@@ -199,7 +194,7 @@ class Engine:
         prompt: str | list[str] | None = None,
         input_ids: list[int] | list[list[int]] | None = None,
         sampling_params: dict | list[dict] | None = None,
-        cache_salt: str | list[str] | None = None,
+        cache_salt: Salt | list[Salt] = None,
         prefix_cache: bool = True,
         session_id: str | None = None,
         priority: int | None = None,
@@ -210,19 +205,25 @@ class Engine:
 
         `logprobs`: SGLang's `return_logprob`, `logprob_start_len`, `top_logprobs_num`,
         `return_text_in_logprobs` (each one value, or one per prompt); see runtime/logprobs.py."""
-        reqs = self._build(
-            prompt, input_ids, sampling_params, cache_salt, prefix_cache, session_id, priority, rid, logprobs
-        )
+        reqs = GenerationRequest.batch(
+            prompt, input_ids, sampling_params, cache_salt, rid,
+            prefix_cache=prefix_cache, session_id=session_id, priority=priority, **logprobs,
+        )  # fmt: skip
+        results = self.run(reqs)
+        return results if is_batch(prompt, input_ids) else results[0]
+
+    def run(self, requests: Sequence[GenerationRequest]) -> list[dict]:
+        """Run requests built elsewhere (a backend, the server): one result each, in order."""
+        reqs = [self._request(r) for r in requests]
         self._submit(reqs)
-        results = [self._wait(r) for r in reqs]
-        return results if self._is_batch(prompt, input_ids) else results[0]
+        return [self._wait(r) for r in reqs]
 
     def generate_stream(
         self,
         prompt: str | None = None,
         input_ids: list[int] | None = None,
         sampling_params: dict | None = None,
-        cache_salt: str | None = None,
+        cache_salt: Salt = None,
         prefix_cache: bool = True,
         session_id: str | None = None,
         priority: int | None = None,
@@ -230,11 +231,17 @@ class Engine:
         **logprobs: Any,
     ) -> Iterator[dict]:
         """Yields cumulative results per token; closing the iterator early aborts the request."""
-        if self._is_batch(prompt, input_ids):
+        if is_batch(prompt, input_ids):
             raise InvalidRequest("streaming takes a single prompt")
-        (req,) = self._build(
-            prompt, input_ids, sampling_params, cache_salt, prefix_cache, session_id, priority, rid, logprobs
-        )
+        (req,) = GenerationRequest.batch(
+            prompt, input_ids, sampling_params, cache_salt, rid,
+            prefix_cache=prefix_cache, session_id=session_id, priority=priority, **logprobs,
+        )  # fmt: skip
+        return self.stream(req)
+
+    def stream(self, request: GenerationRequest) -> Iterator[dict]:
+        """`generate_stream` for a request built elsewhere. Validates before returning."""
+        req = self._request(request)
         self._submit([req])
         return self._stream(req)
 
@@ -251,92 +258,23 @@ class Engine:
             if not req.done.is_set():
                 req.aborted = True  # the scheduler releases its locks on the next step
 
-    @staticmethod
-    def _is_batch(prompt: Any, input_ids: Any) -> bool:
-        return isinstance(prompt, list) or (
-            isinstance(input_ids, list) and bool(input_ids) and isinstance(input_ids[0], list)
-        )
-
-    def _build(
-        self,
-        prompt,
-        input_ids,
-        sampling_params,
-        cache_salt,
-        prefix_cache,
-        session_id,
-        priority,
-        rid,
-        logprobs=None,
-    ):
-        if (prompt is None) == (input_ids is None):
-            raise InvalidRequest("give exactly one of prompt / text and input_ids")
-        if self._is_batch(prompt, input_ids):
-            ids_list = (
-                [self._ids(p, None) for p in prompt]
-                if prompt is not None
-                else [self._ids(None, i) for i in input_ids]
-            )
+    def _ids(self, request: GenerationRequest) -> list[int]:
+        if request.prompt is not None:
+            ids = self.tokenize(request.prompt)
         else:
-            ids_list = [self._ids(prompt, input_ids)]
-        n = len(ids_list)
-        params = self._per_item(sampling_params, n, "sampling_params")
-        salts = self._per_item(cache_salt, n, "cache_salt")
-        rids = self._per_item(rid, n, "rid")
-        unknown = set(logprobs or {}) - set(LOGPROB_ARGS)
-        if unknown:
-            raise InvalidRequest(f"unknown arguments: {sorted(unknown)}")
-        per_item = {k: self._per_item((logprobs or {}).get(k), n, k) for k in LOGPROB_ARGS}
-        reqs = [
-            self._request(ids, p, s, prefix_cache, session_id, priority, r)
-            for ids, p, s, r in zip(ids_list, params, salts, rids, strict=True)
-        ]
-        for i, req in enumerate(reqs):
-            self._attach_logprobs(req, **{k: v[i] for k, v in per_item.items()})
-        return reqs
-
-    def _attach_logprobs(
-        self,
-        req: Request,
-        return_logprob: Any,
-        logprob_start_len: Any,
-        top_logprobs_num: Any,
-        return_text_in_logprobs: Any,
-    ) -> None:
-        if not return_logprob:
-            return  # as SGLang: the other logprob arguments mean nothing without it
-        spec = LogprobSpec.resolve(
-            len(req.input_ids), logprob_start_len, top_logprobs_num, bool(return_text_in_logprobs)
-        )
-        req.logprob = LogprobState(spec, len(req.input_ids))
-        req.tokenizer = self.tokenizer
-
-    @staticmethod
-    def _per_item(value: Any, n: int, name: str) -> list:
-        if isinstance(value, list) and not (
-            name == "sampling_params" and value and not isinstance(value[0], dict)
-        ):
-            if len(value) != n:
-                raise InvalidRequest(f"{name} has {len(value)} entries for {n} prompts")
-            return value
-        return [value] * n
-
-    def _ids(self, prompt: str | None, input_ids: list[int] | None) -> list[int]:
-        if prompt is not None:
-            if not isinstance(prompt, str):
-                raise InvalidRequest("prompt must be a string")
-            ids = self.tokenize(prompt)
-        else:
-            ids = list(input_ids or [])
+            ids = list(request.input_ids or ())
             vocab = self.model.cfg.vocab_size
-            if not all(isinstance(t, int) and 0 <= t < vocab for t in ids):
+            if not all(0 <= t < vocab for t in ids):
                 raise InvalidRequest(f"input_ids must be integers in [0, {vocab})")
         if not ids:
             raise InvalidRequest("the prompt is empty")
         return ids
 
-    def _request(self, ids, params, salt, prefix_cache, session_id, priority, rid) -> Request:
-        sp = SamplingParams.from_dict(params)
+    def _request(self, request: GenerationRequest) -> Request:
+        """The engine's checks, once per request: length, sampling values, grammar, logit_bias."""
+        ids = self._ids(request)
+        params = request.sampling_params
+        sp = SamplingParams.from_dict(dict(params))
         room = min(self.context_length, self.pool.size) - len(ids)
         if room < 1:
             raise PromptTooLong(
@@ -344,33 +282,47 @@ class Engine:
                 f"{min(self.context_length, self.pool.size) - 1} (context {self.context_length}, "
                 f"KV pool {self.pool.size})"
             )
-        check_total_tokens(len(ids), params, sp, self.context_length)
+        check_total_tokens(len(ids), params.get("max_new_tokens") is not None, sp, self.context_length)
         # An unset max_new_tokens (or a pool smaller than the context) is clamped, as SGLang's scheduler does.
         if sp.max_new_tokens > room:
             sp = replace(sp, max_new_tokens=room)
-        grammar = None
-        if sp.json_schema or sp.regex or sp.ebnf or sp.lark:
-            from runtime.grammar import GrammarMatcher
-
-            grammar = GrammarMatcher.compile(
-                self.tokenizer, sp.json_schema, sp.regex, ebnf=sp.ebnf, lark=sp.lark
-            )
         bad = [k for k in (sp.logit_bias or {}) if int(k) >= self.model.cfg.vocab_size]
         if bad:
             raise InvalidRequest(
                 f"logit_bias: token ids out of range [0, {self.model.cfg.vocab_size}): {bad[:5]}"
             )
-        return Request(
-            rid=rid or uuid.uuid4().hex,
+        req = Request(
+            rid=request.rid or uuid.uuid4().hex,
             input_ids=ids,
             params=sp,
-            namespace=namespace_key(salt),
-            use_cache=bool(prefix_cache),
-            session_id=session_key(salt, session_id),
-            priority=int(priority or 0),
+            namespace=namespace_key(request.cache_salt),
+            use_cache=bool(request.prefix_cache),
+            session_id=session_key(request.cache_salt, request.session_id),
+            priority=int(request.priority or 0),
             sampler=Sampler(sp, self.eos_ids),
-            grammar=grammar,
+            grammar=self._grammar(sp),
         )
+        self._attach_logprobs(req, request.logprobs)
+        return req
+
+    def _grammar(self, sp: SamplingParams) -> Any | None:
+        if not (sp.json_schema or sp.regex or sp.ebnf or sp.lark):
+            return None
+        from runtime.grammar import GrammarMatcher
+
+        return GrammarMatcher.compile(self.tokenizer, sp.json_schema, sp.regex, ebnf=sp.ebnf, lark=sp.lark)
+
+    def _attach_logprobs(self, req: Request, args: LogprobArgs) -> None:
+        if not args.return_logprob:
+            return  # as SGLang: the other logprob arguments mean nothing without it
+        spec = LogprobSpec.resolve(
+            len(req.input_ids),
+            args.logprob_start_len,
+            args.top_logprobs_num,
+            bool(args.return_text_in_logprobs),
+        )
+        req.logprob = LogprobState(spec, len(req.input_ids))
+        req.tokenizer = self.tokenizer
 
     # ---- control ----------------------------------------------------------------------
     def abort_request(self, rid: str = "", abort_all: bool = False) -> int:
@@ -541,6 +493,31 @@ class Engine:
             "kv_parked_buffer_bytes": parked,
             "kv_bytes_held": self.pool.capacity_bytes + running + parked,
         }
+
+    def snapshot(self, check: bool = False) -> EngineSnapshot:
+        """One consistent read under the scheduler lock; with `check`, `check_integrity` too."""
+        sched = self.scheduler
+        with sched.lock:
+            error = None
+            if check:
+                try:
+                    self.check_integrity()
+                except AssertionError as exc:
+                    error = str(exc) or "integrity check failed"
+            waiting = list(sched.waiting)
+            nodes = self.manager.tree.nodes()
+            return EngineSnapshot(
+                running=len(sched.running),
+                waiting=len(waiting),
+                queued=sched.queued,
+                waiting_tokens=sum(len(r.input_ids) for r in waiting),
+                waiting_uncached_tokens=sum(len(r.input_ids) - sched.cached_prefix(r) for r in waiting),
+                cache=self.manager.snapshot(),
+                locked_nodes=sum(1 for n in nodes if n.lock_ref > 0),
+                lock_refs=sum(n.lock_ref for n in nodes),
+                stats=self.get_cache_stats(),
+                integrity_error=error,
+            )
 
     def check_integrity(self) -> None:
         """Raises AssertionError when pool accounting, lock refs or slot ownership are broken."""

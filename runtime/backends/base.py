@@ -7,10 +7,10 @@ sglang (native /generate over HTTP), openai (any OpenAI-compatible /v1/completio
 
 from __future__ import annotations
 
-import asyncio
-from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+from runtime.generation import GenerationRequest
 
 SessionEventKind = Literal["open", "tool_wait", "resume", "abandon", "close"]
 
@@ -31,14 +31,13 @@ class Completion:
     meta: dict[str, Any] = field(default_factory=dict)
 
 
-class Backend(ABC):
+class Backend:
     """What `Agent` needs from a model server. Safe to share between threads and agents."""
 
     name: str = "backend"
     #: True when `generate(input_ids=...)` is accepted (token-exact prompts).
     supports_input_ids: bool = False
 
-    @abstractmethod
     def generate(
         self,
         prompt: str | None = None,
@@ -51,11 +50,22 @@ class Backend(ABC):
         prefix_cache: bool = True,
         rid: str | None = None,
     ) -> Completion:
-        """Run one request. Raises `BackendError` (4xx at once; transient errors after retries)."""
+        """Run one request. Raises `BackendError` (4xx at once; transient errors after retries).
+        The one keyword form: it builds the `GenerationRequest` that `complete` carries on."""
+        from runtime.errors import BackendError, InvalidRequest
 
-    async def agenerate(self, *args: Any, **kwargs: Any) -> Completion:
-        """Async form; the default runs `generate` in a worker thread."""
-        return await asyncio.to_thread(self.generate, *args, **kwargs)
+        try:
+            request = GenerationRequest.of(
+                prompt, input_ids, sampling_params, session_id=session_id, cache_salt=cache_salt,
+                priority=priority, prefix_cache=prefix_cache, rid=rid,
+            )  # fmt: skip
+        except InvalidRequest as exc:
+            raise BackendError(f"InvalidRequest: {exc}", status=400) from exc
+        return self.complete(request)
+
+    def complete(self, request: GenerationRequest) -> Completion:
+        """Run one built request (what each backend implements; see `generate`)."""
+        raise NotImplementedError(f"backend {self.name!r} implements neither complete nor generate")
 
     def tokenize(self, text: str) -> list[int]:
         """Token ids of `text` as the server's tokenizer sees it (no special tokens added).

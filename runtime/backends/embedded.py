@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from runtime.backends.base import Backend, Completion, SessionEventKind
 from runtime.errors import BackendError, EngineClosed, InvalidRequest, Overloaded, PoolExhausted
+from runtime.generation import GenerationRequest
+
+if TYPE_CHECKING:
+    from runtime.engine import Engine
 
 
 def completion_from_output(out: dict[str, Any], latency_s: float, ttft_s: float | None = None) -> Completion:
@@ -45,7 +49,7 @@ class EmbeddedBackend(Backend):
     name = "embedded"
     supports_input_ids = True
 
-    def __init__(self, engine: Any = None, **engine_options: Any) -> None:
+    def __init__(self, engine: Engine | None = None, **engine_options: Any) -> None:
         self._owns_engine = engine is None
         if engine is None:
             from runtime.engine import Engine
@@ -55,30 +59,10 @@ class EmbeddedBackend(Backend):
             raise TypeError(f"engine options given with an engine instance: {sorted(engine_options)}")
         self.engine = engine
 
-    def generate(
-        self,
-        prompt: str | None = None,
-        input_ids: list[int] | None = None,
-        sampling_params: dict[str, Any] | None = None,
-        *,
-        session_id: str | None = None,
-        cache_salt: str | None = None,
-        priority: int | None = None,
-        prefix_cache: bool = True,
-        rid: str | None = None,
-    ) -> Completion:
+    def complete(self, request: GenerationRequest) -> Completion:
         started = time.perf_counter()
         try:
-            out = self.engine.generate(
-                prompt=prompt,
-                input_ids=input_ids,
-                sampling_params=sampling_params,
-                cache_salt=cache_salt,
-                prefix_cache=prefix_cache,
-                session_id=session_id,
-                priority=priority,
-                rid=rid,
-            )
+            (out,) = self.engine.run([request])
         except (InvalidRequest, Overloaded, PoolExhausted, EngineClosed) as exc:
             raise as_backend_error(exc) from exc
         return completion_from_output(out, time.perf_counter() - started)

@@ -17,6 +17,7 @@ import openai
 from runtime.backends.base import Backend, Completion
 from runtime.backends.retry import with_retries
 from runtime.errors import BackendError
+from runtime.generation import GenerationRequest
 
 _OPENAI_KEYS = {"temperature": "temperature", "top_p": "top_p", "stop": "stop", "seed": "seed"}
 
@@ -53,21 +54,11 @@ class OpenAIBackend(Backend):
             self._model = models[0].id
         return self._model
 
-    def generate(
-        self,
-        prompt: str | None = None,
-        input_ids: list[int] | None = None,
-        sampling_params: dict[str, Any] | None = None,
-        *,
-        session_id: str | None = None,
-        cache_salt: str | None = None,
-        priority: int | None = None,
-        prefix_cache: bool = True,
-        rid: str | None = None,
-    ) -> Completion:
-        if input_ids is not None or prompt is None:
+    def complete(self, request: GenerationRequest) -> Completion:
+        prompt = request.prompt
+        if prompt is None:
             raise BackendError("the openai backend takes text prompts only (supports_input_ids is False)")
-        kwargs = completion_kwargs(sampling_params, session_id, cache_salt, priority, prefix_cache, rid)
+        kwargs = completion_kwargs(request)
         model = self.model
         return self._call(lambda: self._stream(model, prompt, kwargs))
 
@@ -112,24 +103,22 @@ class OpenAIBackend(Backend):
         self.client.close()
 
 
-def completion_kwargs(
-    sampling_params: dict[str, Any] | None,
-    session_id: str | None,
-    cache_salt: str | None,
-    priority: int | None,
-    prefix_cache: bool,
-    rid: str | None,
-) -> dict[str, Any]:
+def completion_kwargs(request: GenerationRequest) -> dict[str, Any]:
     """`completions.create` keyword arguments from SGLang-style sampling params."""
-    params = {k: v for k, v in (sampling_params or {}).items() if v is not None}
+    params = {k: v for k, v in request.sampling_params.items() if v is not None}
     kwargs: dict[str, Any] = {"max_tokens": params.pop("max_new_tokens", 128)}
     for ours, theirs in _OPENAI_KEYS.items():
         if ours in params:
             kwargs[theirs] = params.pop(ours)
     extra = dict(params)
-    cache = {"session_id": session_id, "cache_salt": cache_salt, "priority": priority, "rid": rid}
+    cache = {
+        "session_id": request.session_id,
+        "cache_salt": request.cache_salt,
+        "priority": request.priority,
+        "rid": request.rid,
+    }
     extra.update({k: v for k, v in cache.items() if v is not None})
-    if not prefix_cache:
+    if not request.prefix_cache:
         extra["prefix_cache"] = False
     if extra:
         kwargs["extra_body"] = extra

@@ -20,6 +20,7 @@ from runtime.backends.base import Backend, Completion, SessionEventKind
 from runtime.backends.embedded import completion_from_output
 from runtime.backends.retry import server_message, status_error, transport_error, with_retries
 from runtime.errors import BackendError
+from runtime.generation import GenerationRequest
 
 #: sglang-router (>= 0.3) header that pins requests with the same value to one worker
 ROUTING_KEY_HEADER = "X-SMG-Routing-Key"
@@ -51,23 +52,10 @@ class SGLangBackend(Backend):
         self._has_session_events = True
 
     # ---- generation ---------------------------------------------------------------------
-    def generate(
-        self,
-        prompt: str | None = None,
-        input_ids: list[int] | None = None,
-        sampling_params: dict[str, Any] | None = None,
-        *,
-        session_id: str | None = None,
-        cache_salt: str | None = None,
-        priority: int | None = None,
-        prefix_cache: bool = True,
-        rid: str | None = None,
-    ) -> Completion:
-        payload = build_payload(
-            prompt, input_ids, sampling_params, session_id, cache_salt, priority, prefix_cache, rid
-        )
+    def complete(self, request: GenerationRequest) -> Completion:
+        payload = build_payload(request)
         payload["stream"] = self.stream
-        headers = self._routing_headers(session_id)
+        headers = self._routing_headers(request.session_id)
         run = self._generate_stream if self.stream else self._generate_once
         return with_retries(lambda: run(payload, headers), self.max_attempts)
 
@@ -172,29 +160,25 @@ class SGLangBackend(Backend):
         return with_retries(once, self.max_attempts)
 
 
-def build_payload(
-    prompt: str | None,
-    input_ids: list[int] | None,
-    sampling_params: dict[str, Any] | None,
-    session_id: str | None,
-    cache_salt: str | None,
-    priority: int | None,
-    prefix_cache: bool,
-    rid: str | None,
-) -> dict[str, Any]:
+def build_payload(request: GenerationRequest) -> dict[str, Any]:
     """SGLang's /generate body. `seed` travels as SGLang's `sampling_seed`; unset fields are left out."""
-    if (prompt is None) == (input_ids is None):
-        raise BackendError("give exactly one of prompt and input_ids", status=None)
-    params = {k: v for k, v in (sampling_params or {}).items() if v is not None}
+    params = {k: v for k, v in request.sampling_params.items() if v is not None}
     if "seed" in params:
         params["sampling_seed"] = params.pop("seed")
     payload: dict[str, Any] = {"sampling_params": params}
-    payload["text" if prompt is not None else "input_ids"] = (
-        prompt if prompt is not None else list(input_ids or [])
-    )
-    optional = {"session_id": session_id, "cache_salt": cache_salt, "priority": priority, "rid": rid}
+    if request.prompt is not None:
+        payload["text"] = request.prompt
+    else:
+        payload["input_ids"] = list(request.input_ids or ())
+    optional = {
+        "session_id": request.session_id,
+        "cache_salt": request.cache_salt,
+        "priority": request.priority,
+        "rid": request.rid,
+    }
     payload.update({k: v for k, v in optional.items() if v is not None})
-    if not prefix_cache:
+    payload.update(request.logprobs.as_kwargs())
+    if not request.prefix_cache:
         payload["prefix_cache"] = False  # our extension; SGLang ignores unknown top-level keys
     return payload
 

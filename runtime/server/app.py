@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hmac
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -16,11 +16,14 @@ from runtime.server.native import VERSION, native_router
 from runtime.server.openai_api import openai_router
 from runtime.server.state import ServerState
 
+if TYPE_CHECKING:
+    from runtime.engine import Engine
+
 #: paths served without the API key
 PUBLIC_PATHS = frozenset({"/health"})
 
 
-def create_app(engine: Any, server_args: ServerArgs | None = None) -> FastAPI:
+def create_app(engine: Engine, server_args: ServerArgs | None = None) -> FastAPI:
     """Build the app. The engine must be ready; the app never shuts it down (the caller owns it)."""
     args = server_args or ServerArgs()
     state = ServerState.build(engine, args)

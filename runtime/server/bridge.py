@@ -11,13 +11,17 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.to_thread
 
 from runtime.errors import Overloaded
+from runtime.generation import GenerationRequest, is_batch
 from runtime.server.errors import classify, error_body
+
+if TYPE_CHECKING:
+    from runtime.engine import Engine
 
 Chunk = dict[str, Any]
 
@@ -44,7 +48,7 @@ class EngineBridge:
     (one per token, each brief) and control calls have thread pools of their own.
     """
 
-    def __init__(self, engine: Any, max_threads: int) -> None:
+    def __init__(self, engine: Engine, max_threads: int) -> None:
         self.engine = engine
         self.max_threads = max_threads
         self.generation = anyio.CapacityLimiter(max_threads)  # admission: never waited on
@@ -70,15 +74,20 @@ class EngineBridge:
             self.generation.release_on_behalf_of(borrower)
 
     async def generate(self, **kwargs: Any) -> Any:
-        return await self._generation_call(self.engine.generate, **kwargs)
+        """`Engine.generate`'s arguments (a prompt or a batch): the requests are built here, once,
+        and run as built. One result, or a list for a batch."""
+        requests = GenerationRequest.batch(**kwargs)
+        outs = await self._generation_call(self.engine.run, requests=requests)
+        return outs if is_batch(kwargs.get("prompt"), kwargs.get("input_ids")) else outs[0]
 
     async def open_stream(self, **kwargs: Any) -> AsyncIterator[Chunk]:
         """Start a stream and wait for its first chunk, so that a bad request fails before any
         response byte is sent (a proper 4xx instead of an error inside a 200 stream)."""
-        return await self._generation_call(self._open, **kwargs)
+        (request,) = GenerationRequest.batch(**kwargs)
+        return await self._generation_call(self._open, request=request)
 
-    def _open(self, **kwargs: Any) -> AsyncIterator[Chunk]:
-        gen = self.engine.generate_stream(**kwargs)
+    def _open(self, request: GenerationRequest) -> AsyncIterator[Chunk]:
+        gen = self.engine.stream(request)
         try:
             first = _step(gen)
         except BaseException:

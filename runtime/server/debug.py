@@ -6,11 +6,14 @@ Not for untrusted clients: the check walks the whole radix tree under the schedu
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter
 
 from runtime.server.state import ServerState
+
+if TYPE_CHECKING:
+    from runtime.engine import Engine
 
 
 def debug_router(state: ServerState) -> APIRouter:
@@ -23,25 +26,19 @@ def debug_router(state: ServerState) -> APIRouter:
     return r
 
 
-def integrity_report(engine: Any) -> dict[str, Any]:
+def integrity_report(engine: Engine) -> dict[str, Any]:
     """`check_integrity()` plus lock counts, from one consistent snapshot (the scheduler lock is
     reentrant, so the check runs under the same hold). `ok` is False with `error` set on a violation."""
-    with engine.scheduler.lock:
-        try:
-            engine.check_integrity()
-            error = None
-        except AssertionError as exc:
-            error = str(exc) or "integrity check failed"
-        nodes = engine.cache.nodes()
-        return {
-            "ok": error is None,
-            "error": error,
-            "locked_nodes": sum(1 for n in nodes if n.lock_ref > 0),
-            "lock_refs": sum(n.lock_ref for n in nodes),
-            "protected_tokens": engine.cache.protected_size,
-            "evictable_tokens": engine.cache.evictable_size,
-            "running": len(engine.scheduler.running),
-            "queue_depth": len(engine.scheduler.waiting),
-            "pool_capacity_tokens": engine.pool.size,
-            "pool_free_tokens": engine.pool.available,
-        }
+    snap = engine.snapshot(check=True)
+    return {
+        "ok": snap.integrity_error is None,
+        "error": snap.integrity_error,
+        "locked_nodes": snap.locked_nodes,
+        "lock_refs": snap.lock_refs,
+        "protected_tokens": snap.cache.protected_tokens,
+        "evictable_tokens": snap.cache.evictable_tokens,
+        "running": snap.running,
+        "queue_depth": snap.waiting,
+        "pool_capacity_tokens": snap.cache.pool_capacity_tokens,
+        "pool_free_tokens": snap.cache.pool_free_tokens,
+    }

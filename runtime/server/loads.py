@@ -7,9 +7,12 @@ has no data for (spec, lora, disagg) are omitted, as SGLang omits absent section
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from runtime.server.errors import ApiError
+
+if TYPE_CHECKING:
+    from runtime.engine import Engine
 
 LOAD_SECTIONS = frozenset({"core", "memory", "spec", "lora", "disagg", "queues", "all"})
 _SECTION_KEYS = {"memory": "memory", "queues": "queues"}  # include name -> key; spec/lora/disagg: none here
@@ -34,7 +37,7 @@ def select_sections(load: dict[str, Any], sections: set[str] | None) -> dict[str
     return {k: v for k, v in load.items() if k not in drop}
 
 
-def snapshot(engine: Any) -> dict[str, Any]:
+def snapshot(engine: Engine) -> dict[str, Any]:
     """One rank's SGLang LoadSnapshot from one consistent read under the scheduler lock (reentrant,
     so `get_cache_stats` nests). Tokens follow SGLang: `num_used_tokens` are the pool slots that
     cannot be reclaimed (running requests and the tree nodes they lock), i.e. capacity - free -
@@ -42,14 +45,11 @@ def snapshot(engine: Any) -> dict[str, Any]:
     tree.) Fields this engine cannot measure are left out rather than reported as 0:
     `gen_throughput` (completion tokens are counted only when a request finishes, aborts never),
     `utilization`, `total_prefill_busy_us`; smg reads an absent field as 0."""
-    sched = engine.scheduler
-    with sched.lock:
-        stats = engine.get_cache_stats()
-        waiting = list(sched.waiting)
-        evictable = engine.cache.evictable_size
-        # Requests still in the submit inbox (drained at the next step) are not visible here.
-        uncached = sum(len(r.input_ids) - sched.cached_prefix(r) for r in waiting)
-        waiting_tokens = sum(len(r.input_ids) for r in waiting)
+    snap = engine.snapshot()
+    stats = snap.stats
+    evictable = snap.cache.evictable_tokens
+    # Requests still in the submit inbox (drained at the next step) are not visible here.
+    uncached, waiting_tokens = snap.waiting_uncached_tokens, snap.waiting_tokens
     capacity = int(stats["pool_capacity_tokens"])
     used = capacity - int(stats["pool_free_tokens"]) - evictable
     total = used + waiting_tokens  # SGLang: KV in use plus the waiting requests' tokens
@@ -97,7 +97,7 @@ def _weight_bytes(model: Any) -> int | None:
     return sum(p.numel() * p.element_size() for p in hf.parameters())
 
 
-def accelerator(engine: Any) -> tuple[str | None, int]:
+def accelerator(engine: Engine) -> tuple[str | None, int]:
     """(marketing name, count) of the device one rank runs on; (None, 0) on the CPU."""
     device = str(getattr(engine.config, "device", "cpu"))
     if not device.startswith("cuda"):

@@ -8,13 +8,16 @@ counters); request latencies are observed by the server as responses finish.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from runtime.server.sglang_metrics import SGLangRequestMetrics, SGLangSchedulerCollector
+
+if TYPE_CHECKING:
+    from runtime.engine import Engine
 
 P = "radixagent:"
 
@@ -51,7 +54,7 @@ _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30,
 class EngineStatsCollector(Collector):
     """Turns one `get_cache_stats()` snapshot into Prometheus families."""
 
-    def __init__(self, engine: Any) -> None:
+    def __init__(self, engine: Engine) -> None:
         self.engine = engine
 
     def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
@@ -73,7 +76,7 @@ class EngineStatsCollector(Collector):
 class ServerMetrics:
     """The app's registry: engine stats plus per-request latencies seen by the HTTP layer."""
 
-    def __init__(self, engine: Any, model_name: str = "default") -> None:
+    def __init__(self, engine: Engine, model_name: str = "default") -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.registry.register(EngineStatsCollector(engine))
         self.registry.register(SGLangSchedulerCollector(engine, model_name))

@@ -12,7 +12,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
@@ -30,6 +30,9 @@ from runtime.server.schemas import (
     TokenizeRequest,
 )
 from runtime.server.state import ServerState, join_salt
+
+if TYPE_CHECKING:
+    from runtime.engine import Engine
 
 VERSION = "0.1.0"
 
@@ -245,7 +248,7 @@ def _load(stats: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _config_dict(engine: Any) -> dict[str, Any]:
+def _config_dict(engine: Engine) -> dict[str, Any]:
     config = getattr(engine, "config", None)
     if config is None:
         return {}

@@ -11,11 +11,14 @@ plus `is_streaming` where SGLang has it.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from runtime.engine import Engine
 
 S = "sglang:"
 #: SGLang's default buckets (TokenizerMetricsCollector)
@@ -84,7 +87,7 @@ def scheduler_labels(model_name: str) -> dict[str, str]:
 class SGLangSchedulerCollector(Collector):
     """Scheduler gauges and the eviction counter, read from one `get_cache_stats()` per scrape."""
 
-    def __init__(self, engine: Any, model_name: str) -> None:
+    def __init__(self, engine: Engine, model_name: str) -> None:
         self.engine = engine
         self.labels = scheduler_labels(model_name)
 

@@ -3,20 +3,22 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from runtime.cache.namespace import Salt, split_salt
 from runtime.errors import UnknownSession
-from runtime.sampling import SamplingParams
 from runtime.server.args import ServerArgs
 from runtime.server.bridge import EngineBridge
 from runtime.server.errors import ApiError
 from runtime.server.metrics import ServerMetrics
 
+if TYPE_CHECKING:
+    from runtime.engine import Engine
+
 
 @dataclass(slots=True)
 class ServerState:
-    engine: Any
+    engine: Engine
     args: ServerArgs
     bridge: EngineBridge
     metrics: ServerMetrics | None
@@ -25,7 +27,7 @@ class ServerState:
     weight_version: str = "default"  # SGLang's /model_info field; set by /update_weights_from_disk
 
     @classmethod
-    def build(cls, engine: Any, args: ServerArgs) -> ServerState:
+    def build(cls, engine: Engine, args: ServerArgs) -> ServerState:
         info = dict(getattr(engine, "model_info", None) or {})
         model_path = str(info.get("model_path") or "default")
         name = args.served_model_name or info.get("served_model_name") or model_path
@@ -44,9 +46,10 @@ class ServerState:
         prefix_cache: bool,
         rid: str | list[str] | None,
     ) -> dict[str, Any]:
-        """Checked keyword arguments for `engine.generate` / `generate_stream`.
+        """Keyword arguments for the bridge, which builds the `GenerationRequest`s from them once
+        (the engine checks sampling values, also before anything reaches the model).
 
-        Raises `ApiError` (400) or `InvalidRequest` before anything reaches the model.
+        Raises `ApiError` (400) for what only the server checks.
         """
         if self.args.require_cache_salt and not split_salt(cache_salt)[0]:  # extra_key is no tenant
             raise ApiError(400, "cache_salt is required by this server (--require-cache-salt)")
@@ -54,8 +57,6 @@ class ServerState:
             raise ApiError(400, "text/prompt: empty batch")
         if input_ids is not None and not input_ids:
             raise ApiError(400, "input_ids: must not be empty")
-        for item in sampling if isinstance(sampling, list) else [sampling]:
-            SamplingParams.from_dict(item)  # InvalidRequest -> 400 with the offending field
         kwargs: dict[str, Any] = {
             "sampling_params": sampling,
             "cache_salt": cache_salt,

@@ -28,6 +28,9 @@ class BlockingEngine:
         self.entered = threading.Semaphore(0)
         self._lock = threading.Lock()
 
+    def run(self, requests: list[Any]) -> list[dict[str, Any]]:
+        return [self.generate() for _ in requests]
+
     def generate(self, **kwargs: Any) -> dict[str, Any]:
         with self._lock:
             self.in_flight += 1
