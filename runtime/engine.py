@@ -19,7 +19,7 @@ from runtime.cache.manager import NoCacheManager, RadixCacheManager
 from runtime.cache.namespace import Salt, namespace_key, session_key
 from runtime.cache.policies import make_policy
 from runtime.cache.radix import RadixCache
-from runtime.cache.request_kv import BufferedKV
+from runtime.cache.request_kv import PooledKV
 from runtime.config import EngineConfig, check_pool_fits, derive_pool_size
 from runtime.errors import EngineClosed, InvalidRequest, Overloaded, PromptTooLong, UnknownSession
 from runtime.generation import GenerationRequest, LogprobArgs, is_batch
@@ -163,8 +163,7 @@ class Engine:
         kwargs = {"sessions": self.sessions} if cfg.radix_eviction_policy == "session" else {}
         tree = RadixCache(self.pool, make_policy(cfg.radix_eviction_policy, **kwargs))
         manager = NoCacheManager if cfg.disable_radix_cache else RadixCacheManager
-        self.request_kv = BufferedKV(self.pool, mc, cfg.device)
-        self.manager = manager(tree, self.request_kv)
+        self.manager = manager(tree, PooledKV(self.pool))
         self.scheduler = Scheduler(
             self.model,
             self.manager,
@@ -483,15 +482,12 @@ class Engine:
             }
 
     def _kv_memory(self) -> dict[str, int]:
-        """K/V bytes actually held: the preallocated pool, plus each running request's own buffer
-        (a second copy of its cached prefix and room for its output), plus parked buffers kept for
-        reuse. Call under the scheduler lock."""
-        running = sum(r.kv.nbytes for r in self.scheduler.running if r.kv is not None)
-        parked = self.request_kv.spare.nbytes
+        """K/V bytes held: the preallocated pool only. Running requests read and write their K/V
+        in the pool's slots (runtime/cache/request_kv.py), nothing is parked. Under the lock."""
         return {
-            "kv_request_buffer_bytes": running,
-            "kv_parked_buffer_bytes": parked,
-            "kv_bytes_held": self.pool.capacity_bytes + running + parked,
+            "kv_request_buffer_bytes": 0,
+            "kv_parked_buffer_bytes": 0,
+            "kv_bytes_held": self.manager.snapshot().kv_bytes_held,
         }
 
     def snapshot(self, check: bool = False) -> EngineSnapshot:

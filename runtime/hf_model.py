@@ -1,5 +1,5 @@
 """Fallback for architectures the compact forward does not cover: the HF transformers model
-itself, fed each request's K/V from its SeqKV buffer through a DynamicCache.
+itself, fed each request's K/V from its SeqKV (pool slots) through a DynamicCache.
 
 Slower than `LlamaModel` (one HF call per request per step, K/V copied in and out), but it
 keeps the engine, the radix cache and every API identical for any decoder-only model whose
@@ -54,8 +54,7 @@ class HFModel:
         positions = torch.arange(m, m + n, device=self.device).unsqueeze(0)
         out = self.hf(input_ids=ids, cache=cache, position_ids=positions, use_cache=True)
         for i, layer in enumerate(cache.layers):  # the cache object is extended in place
-            kv.k[i, :, m : m + n] = layer.keys[0, :, m : m + n]
-            kv.v[i, :, m : m + n] = layer.values[0, :, m : m + n]
+            kv.write(i, m, layer.keys[0, :, m : m + n], layer.values[0, :, m : m + n])
         kv.length += n
         if seg.logits_from >= 0:
             seg.prompt_logits = out.logits[0, seg.logits_from :].float()

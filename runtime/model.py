@@ -65,22 +65,24 @@ class ModelConfig:
         head = 0 if self.tie_embeddings else self.vocab_size * self.hidden
         return self.layers * per_layer + self.vocab_size * self.hidden + head + self.hidden
 
-    @property
-    def kv_bytes_per_token(self) -> int:
-        return 2 * self.layers * self.kv_heads * self.head_dim  # times the element size
 
-
-@dataclass(slots=True, eq=False)  # buffers compare by identity (SpareBuffers removes them)
+@dataclass(slots=True, eq=False)
 class SeqKV:
-    """One request's K/V, laid out like the pool: k: [layers, kv_heads, capacity, head_dim];
-    the first `length` positions are filled. `fmt` says how they are stored (None: plainly in
-    k's dtype); int8 adds `scales` (K's and V's, [layers, kv_heads, capacity, 1] each)."""
+    """One request's K/V positions in planes laid out like the pool: k: [layers, kv_heads, rows,
+    head_dim]; the first `length` positions are filled. `fmt` says how they are stored (None:
+    plainly in k's dtype); int8 adds `scales` (K's and V's, [layers, kv_heads, rows, 1] each).
+
+    `slots` None: a private buffer, position i is row i. Otherwise the planes are the engine's
+    KV pool and position i lives in row `slots[i]` (the cache manager's list for the request,
+    grown and rebound in place): attention reads the pool itself, one run of rows as a view,
+    scattered rows through a per-layer gather (see `_Views`), so no request copies cached KV."""
 
     k: torch.Tensor
     v: torch.Tensor
     length: int = 0
     fmt: KVFormat | None = None
     scales: tuple[torch.Tensor, ...] = ()
+    slots: list[int] | None = None
 
     @classmethod
     def empty(cls, cfg: ModelConfig, capacity: int, fmt: KVFormat | torch.dtype, device: str) -> SeqKV:
@@ -102,57 +104,37 @@ class SeqKV:
 
     @property
     def capacity(self) -> int:
-        return self.k.shape[2]
+        return self.k.shape[2] if self.slots is None else len(self.slots)
 
-    @property
-    def nbytes(self) -> int:
-        return sum(p.nbytes for p in self.planes)
+    def rows(self, start: int, stop: int) -> int | torch.Tensor:
+        """Where positions start..stop-1 live: the first row when they are one run (views
+        work), else a tensor of rows (gather / index_copy)."""
+        if self.slots is None:
+            return start
+        part = self.slots[start:stop]
+        first = part[0] if part else 0
+        if part == list(range(first, first + len(part))):
+            return first
+        return torch.tensor(part, device=self.k.device)
 
     def layer(self, li: int, upto: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Layer li's first `upto` positions as [1, kv_heads, upto, head_dim] views (SDPA's layout)."""
-        return self.k[li, :, :upto].unsqueeze(0), self.v[li, :, :upto].unsqueeze(0)
+        """Layer li's first `upto` positions as [1, kv_heads, upto, head_dim] (views of one run,
+        else gathered copies)."""
+        at = self.rows(0, upto)
+        if isinstance(at, int):
+            return self.k[li, :, at : at + upto].unsqueeze(0), self.v[li, :, at : at + upto].unsqueeze(0)
+        return self.k[li].index_select(1, at).unsqueeze(0), self.v[li].index_select(1, at).unsqueeze(0)
 
-
-class SpareBuffers:
-    """Finished requests' SeqKV buffers, kept for the next request.
-
-    A fresh multi-MB buffer is paged in by its first writes: for a 2k-token prefix that cost
-    3-4x the copy itself (measured), all of it on the time to first token. Buffers are never
-    cleared (`length` says what is valid), capacities are rounded up so they fit later requests,
-    and at most `max_bytes` stay parked.
-    """
-
-    ROUND = 256
-
-    def __init__(self, cfg: ModelConfig, fmt: KVFormat | torch.dtype, device: str, max_bytes: int) -> None:
-        self.fmt = fmt if isinstance(fmt, KVFormat) else KVFormat.plain(fmt)
-        self.cfg, self.device, self.max_bytes = cfg, device, max_bytes
-        self._spare: list[SeqKV] = []
-
-    def take(self, capacity: int) -> SeqKV:
-        fits = [b for b in self._spare if capacity <= b.capacity <= 2 * capacity + self.ROUND]
-        if fits:
-            best = min(fits, key=lambda b: b.capacity)
-            self._spare.remove(best)
-            best.length = 0
-            return best
-        rounded = -(-capacity // self.ROUND) * self.ROUND
-        return SeqKV.empty(self.cfg, rounded, self.fmt, self.device)
-
-    def give(self, kv: SeqKV) -> None:
-        self._spare.append(kv)
-        self._spare.sort(key=lambda b: b.capacity)
-        while self._spare and sum(b.nbytes for b in self._spare) > self.max_bytes:
-            self._spare.pop()  # the largest goes first
-
-    @property
-    def parked(self) -> int:
-        return len(self._spare)
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes of K/V held by parked buffers (outside the pool)."""
-        return sum(b.nbytes for b in self._spare)
+    def write(self, li: int, start: int, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Stores layer li's K/V ([kv_heads, n, head_dim]) at positions start..start+n-1 (plain formats)."""
+        n = k.shape[1]
+        at = self.rows(start, start + n)
+        if isinstance(at, int):
+            self.k[li, :, at : at + n] = k
+            self.v[li, :, at : at + n] = v
+        else:
+            self.k[li].index_copy_(1, at, k.to(self.k.dtype))
+            self.v[li].index_copy_(1, at, v.to(self.v.dtype))
 
 
 @dataclass(slots=True)
@@ -328,10 +310,11 @@ class LlamaModel:
         return torch.stack([part[-1] for part in parts])
 
     def _scratch(self, views: list[_Views]) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """One layer's K and V in the compute dtype, for formats stored otherwise: each layer's
-        stored K/V is converted into it just before its attention, so the copy is still in cache
-        when SDPA reads it. Per call, not per model: sibling engines run the model concurrently."""
-        longest = max((vw.length for vw in views if vw.fmt.converts), default=0)
+        """One layer's K and V in the compute dtype, for formats stored otherwise and for requests
+        whose positions are scattered over the pool: each layer's K/V is converted or gathered
+        into it just before its attention, so the copy is still in cache when SDPA reads it.
+        Per call, not per model: sibling engines run the model concurrently."""
+        longest = max((vw.length for vw in views if vw.fmt.converts or vw.idx is not None), default=0)
         if not longest:
             return None
         shape = (self.cfg.kv_heads, longest, self.cfg.head_dim)
@@ -346,13 +329,7 @@ class LlamaModel:
         qs, ks, vs = q.to(self.kv_dtype).split(lens), k.split(lens), v.split(lens)
         outs = []
         for vw, n, qi, ki, vi in zip(views, lens, qs, ks, vs, strict=True):
-            vw.fmt.store(vw.new[li], ki.transpose(0, 1), vi.transpose(0, 1))
-            if vw.fmt.converts:
-                k_all, v_all = scratch[0][:, : vw.length], scratch[1][:, : vw.length]
-                vw.fmt.load(vw.stored[li], k_all, v_all)
-                k_all, v_all = k_all.unsqueeze(0), v_all.unsqueeze(0)
-            else:
-                k_all, v_all = vw.k[li], vw.v[li]
+            k_all, v_all = vw.keys_values(li, ki.transpose(0, 1), vi.transpose(0, 1), scratch)
             # [n, H, hd] -> [1, H, n, hd]; for one token that is a view
             qi = qi.view(1, -1, 1, qi.shape[-1]) if n == 1 else qi.transpose(0, 1).unsqueeze(0)
             o = F.scaled_dot_product_attention(
@@ -364,9 +341,11 @@ class LlamaModel:
 
 @dataclass(frozen=True, slots=True)
 class _Views:
-    """One request's per-layer K/V views for a step: what attention reads (k, v: [1, KVH, m+n, hd],
-    prefix plus new tokens, as stored; `stored`: every plane over those positions), where the n
-    new tokens go (`new`: every plane, [KVH, n, x]), and how it masks.
+    """One request's per-layer K/V access for a step. When its m + n positions are one run of
+    rows (a private buffer, or consecutive pool slots): views of what attention reads (`k`, `v`:
+    [1, KVH, m+n, hd] per layer, as stored; `stored`: every plane over those rows, for formats
+    that convert) and of where the n new tokens go (`new`: every plane, [KVH, n, x]). When they
+    are scattered over the pool: `idx` / `new_idx` (rows), `planes`, and a gather per layer.
 
     Query i sees the prefix and new tokens <= i (bottom-right aligned causal). Without a prefix
     that is SDPA's own `is_causal`, which skips masked blocks (~25% faster at 1k tokens); with one,
@@ -382,28 +361,57 @@ class _Views:
     causal: bool
     fmt: KVFormat
     length: int  # m + n
+    planes: tuple[torch.Tensor, ...] = ()  # gather mode: the pool's planes
+    idx: torch.Tensor | None = None  # gather mode: rows of the m + n positions
+    new_idx: torch.Tensor | None = None  # gather mode: rows of the n new ones
+
+    def keys_values(self, li: int, k_new, v_new, scratch) -> tuple[torch.Tensor, torch.Tensor]:
+        """Stores layer li's new K/V ([KVH, n, hd]), then returns all m + n as [1, KVH, m+n, hd]."""
+        if self.idx is not None:
+            assert self.new_idx is not None
+            layer = tuple(p[li] for p in self.planes)
+            self.fmt.store_at(layer, self.new_idx, k_new, v_new)
+            k_all, v_all = scratch[0][:, : self.length], scratch[1][:, : self.length]
+            if self.fmt.converts:
+                self.fmt.load(tuple(p.index_select(1, self.idx) for p in layer), k_all, v_all)
+            else:
+                torch.index_select(layer[0], 1, self.idx, out=k_all)
+                torch.index_select(layer[1], 1, self.idx, out=v_all)
+            return k_all.unsqueeze(0), v_all.unsqueeze(0)
+        self.fmt.store(self.new[li], k_new, v_new)
+        if self.fmt.converts:
+            k_all, v_all = scratch[0][:, : self.length], scratch[1][:, : self.length]
+            self.fmt.load(self.stored[li], k_all, v_all)
+            return k_all.unsqueeze(0), v_all.unsqueeze(0)
+        return self.k[li], self.v[li]
 
     @classmethod
     def of(cls, kv: SeqKV, n: int, device: str, dtype: torch.dtype) -> _Views:
-        m = kv.length  # tokens already in this request's buffer (prefix)
+        m = kv.length  # positions already stored for this request (prefix)
         mask = None
         if n > 1 and m > 0:
             seen = (
                 torch.arange(m + n, device=device)[None, :] <= (m + torch.arange(n, device=device))[:, None]
             )
             mask = torch.zeros(seen.shape, dtype=dtype, device=device).masked_fill_(~seen, float("-inf"))
-        fmt = kv.format
-        new = list(zip(*(p[:, :, m : m + n].unbind(0) for p in kv.planes), strict=True))
+        fmt, causal = kv.format, n > 1 and m == 0
+        at = kv.rows(0, m + n)
+        if not isinstance(at, int):
+            return cls((), (), [], [], mask, causal, fmt, m + n, kv.planes, at, at[m:])
+        a = at  # the first row of the run
+        new = list(zip(*(p[:, :, a + m : a + m + n].unbind(0) for p in kv.planes), strict=True))
         stored = (
-            list(zip(*(p[:, :, : m + n].unbind(0) for p in kv.planes), strict=True)) if fmt.converts else []
+            list(zip(*(p[:, :, a : a + m + n].unbind(0) for p in kv.planes), strict=True))
+            if fmt.converts
+            else []
         )
         return cls(
-            kv.k[:, :, : m + n].unsqueeze(1).unbind(0),
-            kv.v[:, :, : m + n].unsqueeze(1).unbind(0),
+            kv.k[:, :, a : a + m + n].unsqueeze(1).unbind(0),
+            kv.v[:, :, a : a + m + n].unsqueeze(1).unbind(0),
             stored,
             new,
             mask,
-            n > 1 and m == 0,
+            causal,
             fmt,
             m + n,
         )

@@ -353,7 +353,7 @@ class Scheduler:
         return False
 
     def _start(self, req: Request) -> None:
-        """Match the cached prefix, lock it, take slots and a buffer holding its KV (one call)."""
+        """Match the cached prefix, lock it, take slots for the rest of the prompt (one call)."""
         req.weights_version = self.weights_version
         req.lease = self.manager.start(
             req.input_ids[: self._match_limit(req)],
@@ -362,7 +362,6 @@ class Scheduler:
             req.session_id,
             req.priority,
             share=req.use_cache,
-            capacity=len(req.input_ids) + req.params.max_new_tokens,
         )
         req.cached_len = req.lease.cached_len
 

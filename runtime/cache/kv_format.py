@@ -110,6 +110,20 @@ class KVFormat:
         _quantize(k, dst[0], dst[2])
         _quantize(v, dst[1], dst[3])
 
+    def store_at(self, planes: tuple[torch.Tensor, ...], rows: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+        """`store` into scattered rows of one layer's planes ([kv_heads, size, x]): the same bytes
+        per token (a cast, or that row's own scale), written with one index_copy_ per plane."""
+        if not self.scaled:
+            planes[0].index_copy_(1, rows, k.to(self.storage))
+            planes[1].index_copy_(1, rows, v.to(self.storage))
+            return
+        for x, levels, scales in ((k, planes[0], planes[2]), (v, planes[1], planes[3])):
+            q = torch.empty(x.shape, dtype=torch.int8, device=x.device)
+            sc = torch.empty((*x.shape[:-1], 1), dtype=torch.float32, device=x.device)
+            _quantize(x, q, sc)
+            levels.index_copy_(1, rows, q)
+            scales.index_copy_(1, rows, sc)
+
     def load(self, src: tuple[torch.Tensor, ...], k_out: torch.Tensor, v_out: torch.Tensor) -> None:
         """Converts one layer's stored positions ([kv_heads, m, x] planes) into k_out / v_out."""
         k_out.copy_(src[0])

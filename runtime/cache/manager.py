@@ -34,11 +34,11 @@ from runtime.cache.radix import CacheCounters, RadixCache, TreeNode
 
 
 class RequestKV(Protocol):
-    """Where a running request's KV lives apart from the pool's slots (the engine's per-request
-    buffers; the simulator has none). `take` returns a buffer filled with `slots`' KV."""
+    """How a running request reaches its K/V (the engine: a view of the pool through the lease's
+    slots, runtime/cache/request_kv.py; the simulator has none). `take` gets the lease's own slot
+    list, which the manager grows (`extend`) and rebinds (`publish`) in place."""
 
-    def take(self, slots: Sequence[int], capacity: int) -> object: ...
-    def adopt(self, buffer: object, slots: Sequence[int], start: int, stop: int) -> None: ...
+    def take(self, slots: list[int], cached: int) -> object: ...
     def give(self, buffer: object) -> None: ...
     def held_bytes(self, buffers: Sequence[object]) -> int: ...
     @property
@@ -111,11 +111,9 @@ class RadixCacheManager:
         session_id: str | None = None,
         priority: int = 0,
         share: bool = True,
-        capacity: int = 0,
     ) -> Lease:
         """Match `key` (the part of the prompt the cache may serve), lock the match and allocate
-        slots up to `reserve` positions. With a `RequestKV`, also a buffer of `capacity` positions
-        holding the matched KV. Raises `PoolExhausted` when eviction cannot make room; on any
+        slots up to `reserve` positions. With a `RequestKV`, also the request's view of its KV. Raises `PoolExhausted` when eviction cannot make room; on any
         error nothing stays locked or taken."""
         lease = Lease(namespace, session_id, priority, self.shares(share))
         if lease.shares:
@@ -128,7 +126,7 @@ class RadixCacheManager:
         try:
             lease.slots += self._alloc(max(0, reserve - lease.cached_len))
             if self.kv is not None:
-                lease.kv = self.kv.take(lease.slots[: lease.cached_len], capacity)
+                lease.kv = self.kv.take(lease.slots, lease.cached_len)
         except BaseException:  # PoolExhausted, or a failing buffer: what was locked or taken goes back
             self._drop(lease)
             raise
@@ -147,13 +145,13 @@ class RadixCacheManager:
         assert lease.node is not None
         key = list(ids[:upto])
         done = self.tree.insert(key, lease.slots[:upto], lease.namespace, lease.priority, lease.session_id)
-        if self.kv is not None and done.present < upto:
-            self.kv.adopt(lease.kv, lease.slots, done.present, upto)
-        self.pool.free(lease.slots[lease.tree_len : done.present])  # computed twice: keep the tree's
+        # The tree adopts slots[present:upto] where they are (their KV is written already); the
+        # positions it held before were computed twice: the lease reads the tree's copy from now on.
+        self.pool.free(lease.slots[lease.tree_len : done.present])
         self.tree.lock(done.node)
         self.tree.unlock(lease.node)
         lease.node, lease.tree_len = done.node, upto
-        lease.slots = done.slots + lease.slots[upto:]
+        lease.slots[:upto] = done.slots  # in place: the request's KV view holds this list
 
     def release(self, lease: Lease, ids: Sequence[int], computed: int, insert: bool) -> None:
         """End the lease: with `insert`, publish the first `computed` positions; free the rest,

@@ -1,7 +1,9 @@
-"""Running requests' own K/V buffers (`SeqKV`), filled from and published into the pool.
+"""Running requests' K/V: positions in the shared pool, read by attention where they lie.
 
-Attention reads one contiguous buffer per request; a cached prefix is copied into it from the
-pool's slots at start, and the positions the tree adopts are written back at publish.
+A request's `SeqKV` is a view of the pool's planes through the lease's slot list, so a cached
+prefix is never copied and the KV held is the pool's bytes, whatever runs: the budget that
+`--max-total-tokens` sets holds. Attention reads one run of slots as a view and gathers
+scattered ones per layer into a transient scratch (runtime/model.py: `_Views`).
 """
 
 from __future__ import annotations
@@ -9,37 +11,27 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from runtime.cache.kv_pool import KVPool
-from runtime.model import ModelConfig, SeqKV, SpareBuffers
+from runtime.model import SeqKV
 
 
-class BufferedKV:
-    """`RequestKV` for the engine: pool + one `SeqKV` per running request + parked buffers."""
+class PooledKV:
+    """`RequestKV` for the engine: every request's K/V lives in `pool`."""
 
-    def __init__(self, pool: KVPool, cfg: ModelConfig, device: str) -> None:
+    def __init__(self, pool: KVPool) -> None:
         self.pool = pool
-        # parked request buffers: at most half the pool's own size, and 1 GiB
-        self.spare = SpareBuffers(cfg, pool.fmt, device, min(pool.capacity_bytes // 2, 2**30))
 
-    def take(self, slots: Sequence[int], capacity: int) -> SeqKV:
-        kv = self.spare.take(capacity)
-        if slots:
-            self.pool.read(slots, kv.span(0, len(slots)))
-            kv.length = len(slots)
-        return kv
-
-    def adopt(self, buffer: object, slots: Sequence[int], start: int, stop: int) -> None:
-        assert isinstance(buffer, SeqKV)
-        self.pool.write(slots[start:stop], buffer.span(start, stop))
+    def take(self, slots: list[int], cached: int) -> SeqKV:
+        """A view of the pool through `slots` (the lease's own list: it grows and is rebound in
+        place); its first `cached` positions hold the matched prefix already."""
+        planes = self.pool.planes
+        return SeqKV(planes[0], planes[1], cached, self.pool.fmt, planes[2:], slots=slots)
 
     def give(self, buffer: object) -> None:
-        assert isinstance(buffer, SeqKV)
-        self.spare.give(buffer)
+        """Nothing to hand back: the slots go back through the manager."""
 
     def held_bytes(self, buffers: Sequence[object]) -> int:
-        """Pool + running requests' buffers + parked ones."""
-        running = sum(b.nbytes for b in buffers if isinstance(b, SeqKV))
-        return self.pool.capacity_bytes + running + self.spare.nbytes
+        return self.pool.capacity_bytes  # per-request views add no K/V bytes
 
     @property
     def budget_bytes(self) -> int:
-        return self.pool.capacity_bytes * 3  # today's design bound (pool + requests + parked)
+        return self.pool.capacity_bytes
