@@ -34,6 +34,7 @@ lint: $(STAMP)
 # cached-vs-uncached eval of the agent suites; writes docs/benchmarks.md.
 bench: $(STAMP)
 	$(PY) -m evals.bench --out docs/benchmarks.md
+	$(PY) -m evals.bench_memory --seconds 60 --json docs/bench-memory.json
 
 # llama.cpp for the peer comparison, in its own venv: never a project dependency (~7 min build).
 bench-peers-setup:

@@ -110,7 +110,9 @@ class KVFormat:
         _quantize(k, dst[0], dst[2])
         _quantize(v, dst[1], dst[3])
 
-    def store_at(self, planes: tuple[torch.Tensor, ...], rows: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    def store_at(
+        self, planes: tuple[torch.Tensor, ...], rows: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+    ) -> None:
         """`store` into scattered rows of one layer's planes ([kv_heads, size, x]): the same bytes
         per token (a cast, or that row's own scale), written with one index_copy_ per plane."""
         if not self.scaled:

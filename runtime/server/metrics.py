@@ -36,9 +36,21 @@ _GAUGES = (
     ("bytes_in_use", "cache_bytes_in_use", "KV pool bytes held."),
     ("pool_capacity_tokens", "pool_capacity_tokens", "KV pool capacity in tokens."),
     ("pool_capacity_bytes", "pool_capacity_bytes", "KV pool capacity in bytes."),
-    ("kv_bytes_held", "kv_bytes_held", "K/V bytes held: the pool (running requests read and write their K/V in it)."),
-    ("kv_request_buffer_bytes", "kv_request_buffer_bytes", "K/V bytes in running requests' own buffers (0: they use pool slots)."),
-    ("kv_parked_buffer_bytes", "kv_parked_buffer_bytes", "K/V bytes in parked request buffers (0: none are kept)."),
+    (
+        "kv_bytes_held",
+        "kv_bytes_held",
+        "K/V bytes held: the pool (running requests read and write their K/V in it).",
+    ),
+    (
+        "kv_request_buffer_bytes",
+        "kv_request_buffer_bytes",
+        "K/V bytes in running requests' own buffers (0: they use pool slots).",
+    ),
+    (
+        "kv_parked_buffer_bytes",
+        "kv_parked_buffer_bytes",
+        "K/V bytes in parked request buffers (0: none are kept).",
+    ),
     (
         "kv_bytes_per_token",
         "kv_bytes_per_token",

@@ -1,0 +1,131 @@
+"""KV memory under load: does what `--max-total-tokens` promises hold?
+
+8 concurrent requests with distinct ~2k-token prompts, replaced as they finish, for `--seconds`
+on a 20,000-token pool. Samples, every 50 ms, the engine's own accounting of K/V bytes held
+(`kv_bytes_held`: pool + per-request + parked) and the process RSS. Reports the peak of each:
+accounting over pool bytes (must stay <= pool + 10%) and peak RSS minus RSS after load (the pool
+is resident after load, so growth is memory outside it; must stay <= 10% of the pool).
+
+    python -m evals.bench_memory --seconds 60
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import threading
+import time
+from dataclasses import asdict, dataclass
+
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * PAGE
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryResult:
+    seconds: float
+    requests: int
+    pool_tokens: int
+    pool_bytes: int
+    peak_kv_bytes_held: int
+    rss_after_load: int
+    peak_rss: int
+
+    @property
+    def held_over_pool(self) -> float:
+        return self.peak_kv_bytes_held / self.pool_bytes
+
+    @property
+    def rss_growth_over_pool(self) -> float:
+        return (self.peak_rss - self.rss_after_load) / self.pool_bytes
+
+    def lines(self) -> list[str]:
+        mib = 2**20
+        return [
+            f"pool {self.pool_tokens} tokens = {self.pool_bytes / mib:.0f} MiB; {self.requests} requests "
+            f"in {self.seconds:.0f} s",
+            f"peak KV bytes held (engine accounting): {self.peak_kv_bytes_held / mib:.0f} MiB "
+            f"= {self.held_over_pool:.1%} of the pool (limit 110%)",
+            f"peak RSS - RSS after load: {(self.peak_rss - self.rss_after_load) / mib:.0f} MiB "
+            f"= {self.rss_growth_over_pool:.1%} of the pool (limit 10%)",
+        ]
+
+
+def _prompt(rng: random.Random, vocab: int, n: int) -> list[int]:
+    return [rng.randrange(100, vocab) for _ in range(n)]  # distinct: nothing to share
+
+
+def measure(
+    seconds: float, concurrency: int = 8, prompt_tokens: int = 2000, pool: int = 20_000
+) -> MemoryResult:
+    from runtime import Engine
+
+    engine = Engine(max_total_tokens=pool, max_running_requests=concurrency)
+    vocab = engine.model_info["vocab_size"]
+    stats = engine.get_cache_stats()
+    rss_after_load = rss_bytes()
+    pool_bytes = int(stats["pool_capacity_bytes"])
+    peak = {"held": int(stats.get("kv_bytes_held", stats["pool_capacity_bytes"])), "rss": rss_after_load}
+    stop, done = threading.Event(), [0]
+
+    def sample() -> None:
+        ticks = 0
+        while not stop.wait(0.05):
+            s = engine.get_cache_stats()
+            peak["held"] = max(peak["held"], int(s.get("kv_bytes_held", s["pool_capacity_bytes"])))
+            peak["rss"] = max(peak["rss"], rss_bytes())
+            ticks += 1
+            if ticks % 300 == 0:  # progress every ~15 s, so a cut-short run still says something
+                held, grown = peak["held"] / pool_bytes, (peak["rss"] - rss_after_load) / pool_bytes
+                print(
+                    f"{ticks / 20:.0f}s: {done[0]} done, peak held {held:.1%}, RSS growth {grown:.1%} of pool",
+                    flush=True,
+                )
+
+    def client(seed: int) -> None:
+        rng = random.Random(seed)
+        params = {"max_new_tokens": 32, "temperature": 0, "ignore_eos": True}
+        while not stop.is_set():
+            engine.generate(input_ids=_prompt(rng, vocab, prompt_tokens), sampling_params=params)
+            done[0] += 1
+
+    started = time.perf_counter()
+    threads = [threading.Thread(target=sample)] + [
+        threading.Thread(target=client, args=(i,)) for i in range(concurrency)
+    ]
+    for t in threads:
+        t.start()
+    time.sleep(seconds)
+    stop.set()
+    engine.abort_request(abort_all=True)  # the clients' last requests stop at the next step
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - started
+    engine.shutdown()
+    return MemoryResult(
+        elapsed, done[0], pool, int(stats["pool_capacity_bytes"]), peak["held"], rss_after_load, peak["rss"]
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seconds", type=float, default=60.0)
+    ap.add_argument("--json", default=None, help="also write the figures here")
+    args = ap.parse_args(argv)
+    result = measure(args.seconds)
+    print("\n".join(result.lines()))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(asdict(result) | {"held_over_pool": result.held_over_pool,
+                                        "rss_growth_over_pool": result.rss_growth_over_pool}, f, indent=2)  # fmt: skip
+    return 0 if result.held_over_pool <= 1.10 and result.rss_growth_over_pool <= 0.10 else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
