@@ -12,42 +12,73 @@ from runtime.errors import PoolExhausted
 
 
 class SlotAllocator:
-    """Hands out slot indices 0..size-1; never more than `size` are out at once."""
+    """Hands out slot indices 0..size-1; never more than `size` are out at once.
+
+    Slots come back sorted, and `alloc(n, after=s)` takes s+1..s+n when they are all free: a
+    request's positions then tend to be one run of slots, which attention reads as a view of
+    the pool instead of gathering (runtime/model.py: `_Views`). Free slots sit on a stack; one
+    taken by `after` stays there, stale, and is skipped when popped."""
 
     def __init__(self, size: int) -> None:
         if size <= 0:
             raise ValueError("pool size must be positive")
         self.size = size
-        # Popping from the end hands out low indices first, which keeps early slots hot.
-        self._free: list[int] = list(range(size - 1, -1, -1))
+        self.reset()
 
     @property
     def available(self) -> int:
-        return len(self._free)
+        return self._available
 
     @property
     def used(self) -> int:
-        return self.size - len(self._free)
+        return self.size - self._available
 
-    def alloc(self, n: int) -> list[int]:
-        if n > len(self._free):
-            raise PoolExhausted(f"need {n} KV slots, {len(self._free)} free of {self.size}")
+    def alloc(self, n: int, after: int | None = None) -> list[int]:
+        if n > self._available:
+            raise PoolExhausted(f"need {n} KV slots, {self._available} free of {self.size}")
         if n == 0:
             return []
-        out = self._free[-n:]
-        del self._free[-n:]
-        out.reverse()
+        if (
+            after is not None
+            and after + n < self.size
+            and self._is_free[after + 1 : after + 1 + n] == b"\x01" * n
+        ):
+            self._is_free[after + 1 : after + 1 + n] = bytes(n)
+            self._available -= n
+            return list(range(after + 1, after + 1 + n))
+        out: list[int] = []
+        stack, is_free, in_stack = self._free, self._is_free, self._in_stack
+        while len(out) < n:
+            s = stack.pop()
+            in_stack[s] = 0
+            if is_free[s]:
+                is_free[s] = 0
+                out.append(s)
+        self._available -= n
+        out.sort()
         return out
 
     def free(self, slots: Sequence[int]) -> None:
-        self._free.extend(slots)
+        is_free, in_stack, stack = self._is_free, self._in_stack, self._free
+        for s in slots:
+            if is_free[s]:
+                raise AssertionError(f"slot {s} freed twice")
+            is_free[s] = 1
+            if not in_stack[s]:
+                in_stack[s] = 1
+                stack.append(s)
+        self._available += len(slots)
 
     def free_slots(self) -> list[int]:
-        """A copy of the free list (integrity checks)."""
-        return list(self._free)
+        """The free slots (integrity checks)."""
+        return [s for s in self._free if self._is_free[s]]
 
     def reset(self) -> None:
-        self._free = list(range(self.size - 1, -1, -1))
+        # Popping from the end hands out low indices first, which keeps early slots hot.
+        self._free: list[int] = list(range(self.size - 1, -1, -1))
+        self._is_free = bytearray(b"\x01") * self.size
+        self._in_stack = bytearray(b"\x01") * self.size
+        self._available = self.size
 
 
 class KVPool(SlotAllocator):

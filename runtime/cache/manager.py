@@ -124,7 +124,7 @@ class RadixCacheManager:
             if match.length < len(key) and self.hooks.on_miss is not None:
                 self.hooks.on_miss(lease, key)
         try:
-            lease.slots += self._alloc(max(0, reserve - lease.cached_len))
+            lease.slots += self._alloc(max(0, reserve - lease.cached_len), lease.slots)
             if self.kv is not None:
                 lease.kv = self.kv.take(lease.slots, lease.cached_len)
         except BaseException:  # PoolExhausted, or a failing buffer: what was locked or taken goes back
@@ -135,7 +135,7 @@ class RadixCacheManager:
 
     def extend(self, lease: Lease, n: int) -> None:
         """n more slots at the end of the lease (evicting when the pool is short)."""
-        lease.slots += self._alloc(n)
+        lease.slots += self._alloc(n, lease.slots)
 
     def publish(self, lease: Lease, ids: Sequence[int], upto: int) -> None:
         """Insert `ids[:upto]` (positions the lease computed or matched) into the tree; the lock
@@ -170,10 +170,12 @@ class RadixCacheManager:
         lease.slots, lease.kv, lease.node = [], None, None
 
     # ---- memory -------------------------------------------------------------------------
-    def _alloc(self, n: int) -> list[int]:
+    def _alloc(self, n: int, behind: list[int]) -> list[int]:
+        """n slots, right after `behind`'s last one where those are free (one run: attention
+        reads it as a view), evicting when the pool is short."""
         if n > self.pool.available:
             self.evict(n - self.pool.available)
-        return self.pool.alloc(n)
+        return self.pool.alloc(n, behind[-1] if behind else None)
 
     def evict(self, num_tokens: int) -> int:
         """Free at least `num_tokens` slots from unlocked leaves, lowest priority first."""
