@@ -16,7 +16,7 @@ from rich.table import Table
 
 from agent import Step, StepRecord
 from tasks.qa import OnStep, QAReport
-from tasks.qa_report import summarize
+from tasks.qa_cli import summarize
 from tasks.questions import Question
 from tasks.runner import fmt_s
 

@@ -21,6 +21,7 @@ from agent import Agent, Example, RunResult, Step, Tool, ToolError, tool
 from agent.examples import answer_json, call_json
 from runtime.backends.base import Backend
 from tasks import prompts
+from tasks.outcomes import ItemOutcome, SuiteOptions, SuiteOutcome
 from tasks.questions import Question
 from tasks.runner import GREEDY, progress_bar, with_cache
 from tasks.scoring import contains_match, extract_number, numeric_match
@@ -191,9 +192,8 @@ def load_problems(limit: int | None = None) -> list[Question]:
     return load_questions(data_path("reasoning.jsonl"))[: limit or DEFAULT_PROBLEMS]
 
 
-def run_reasoning_suite(backend: Backend, options: Any) -> Any:
+def run_reasoning_suite(backend: Backend, options: SuiteOptions) -> SuiteOutcome:
     """The eval's "reasoning" suite: `options.limit` problems (default DEFAULT_PROBLEMS), in file order."""
-    from tasks.suites import ItemOutcome, SuiteOutcome
 
     backend = with_cache(backend, options.prefix_cache)
     problems = load_problems(options.limit)

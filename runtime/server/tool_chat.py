@@ -9,6 +9,7 @@ from typing import Any
 
 from runtime.server.bridge import SSE_DONE, close_stream, sse, sse_error
 from runtime.server.errors import ApiError
+from runtime.server.openai_usage import finish_of, usage
 from runtime.server.schemas import ChatCompletionRequest
 from runtime.server.state import ServerState
 from runtime.server.tool_calls import ToolPlan, new_call_id, openai_calls, plan, split_output
@@ -143,11 +144,9 @@ class ToolCalling:
         return tuple(ids)
 
     def _tail(self, call: Any, last: dict[str, Any], ids: list[str]) -> list[bytes]:
-        from runtime.server.openai_api import _finish, usage  # openai_api imports this module
-
         meta = last.get("meta_info", {})
         self.state.observe("openai", last, stream=True)
-        reason = _finish(meta)[0]
+        reason = finish_of(meta)[0]
         parsed = self.fmt.parse(last.get("text", ""))
         if ids and parsed.complete and len(parsed.calls) == len(ids):
             reason = "tool_calls"

@@ -16,7 +16,7 @@ from tasks.citations import check_answer, strip_refs
 from tasks.documents import Document, load_document
 from tasks.errors import TaskInputError
 from tasks.qa import run_qa
-from tasks.qa_report import main, summarize
+from tasks.qa_cli import main, summarize
 from tasks.questions import Question
 
 DOC_TEXT = (
