@@ -154,7 +154,8 @@ class Cluster:
         self.stop()
 
     # ---- lifecycle ----------------------------------------------------------------------------
-    def start(self) -> None:
+    def start(self) -> Proc:
+        """Workers, then the router once every worker is healthy; returns the router's process."""
         kind = self.resolve_router()
         if not router_available(kind):
             raise ClusterError(f"router {kind!r} is not installed in {sys.executable}: {INSTALL_HINT}")
@@ -167,11 +168,12 @@ class Cluster:
                 self.workers.append(self._spawn(f"worker{i}", self._worker_cmd, log_dir))
             for w in self.workers:
                 _wait_http(w, "/health", deadline, lambda r: r.status_code == 200)
-            self.router = self._spawn("router", self._router_cmd, log_dir, port=self.config.port)
-            _wait_http(self.router, "/workers", deadline, self._all_registered)
+            router = self.router = self._spawn("router", self._router_cmd, log_dir, port=self.config.port)
+            _wait_http(router, "/workers", deadline, self._all_registered)
         except BaseException:
             self.stop()
             raise
+        return router
 
     def stop(self, grace_s: float = 10.0) -> None:
         """Router first (no new traffic), then the workers; idempotent."""

@@ -96,8 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     about = f"{kind} {router_version(kind)}, policy {config.policy}: {' '.join(policy_flags(config.policy, kind))}"
     try:
         print(f"starting {config.workers} workers ({about}) ...", file=sys.stderr, flush=True)
-        cluster.start()
-        print(f"router  {cluster.url}  pid {cluster.router.popen.pid}  ({about})", flush=True)
+        router = cluster.start()
+        print(f"router  {cluster.url}  pid {router.popen.pid}  ({about})", flush=True)
         for w in cluster.workers:
             print(f"{w.name:<7} {w.url}  pid {w.popen.pid}  log {w.log}", flush=True)
         print("Ctrl-C stops the router and all workers.", file=sys.stderr, flush=True)

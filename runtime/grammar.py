@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import llguidance
 import llguidance.hf
@@ -20,8 +20,11 @@ import torch
 from runtime import grammar_guard
 from runtime.errors import GrammarError
 
+if TYPE_CHECKING:  # a stub-only TypedDict
+    from llguidance._lib import JsonCompileOptions
+
 # Compact JSON: the model cannot pad with whitespace, which small models otherwise do forever.
-_JSON_OPTIONS: dict[str, Any] = {"whitespace_flexible": False}
+_JSON_OPTIONS: JsonCompileOptions = {"whitespace_flexible": False}
 
 
 class _TokenizerCache:

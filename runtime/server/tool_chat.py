@@ -68,7 +68,7 @@ class ToolCalling:
         tools = p.tools if p is not None else ()
         engine = self.state.engine
         tokenizer = getattr(engine, "tokenizer", None)
-        if template_takes_tools(tokenizer):
+        if tokenizer is not None and template_takes_tools(tokenizer):
             defs = [json.loads(json.dumps(t.definition(), sort_keys=True)) for t in tools] or None
             text = await self.state.bridge.call(
                 tokenizer.apply_chat_template, native_messages(messages), tools=defs,
@@ -113,7 +113,9 @@ class ToolCalling:
         self, call: Any, chunks: AsyncIterator[dict[str, Any]], p: ToolPlan
     ) -> AsyncIterator[bytes]:
         """OpenAI chat chunks with `delta.tool_calls`; ends with the finish chunk, usage, [DONE]."""
-        streamer, ids, last = CallStreamer(self.fmt), [], None
+        streamer = CallStreamer(self.fmt)
+        ids: list[str] = []
+        last: dict[str, Any] | None = None
         try:
             yield sse(_chunk(call, {"role": "assistant", "content": ""}))
             async for chunk in chunks:
