@@ -19,9 +19,10 @@ from agent.trace import SessionLedger
 from runtime.backends.base import Backend, Completion
 from runtime.errors import RadixAgentError
 from tasks import prompts
+from tasks.backend_setup import GREEDY, with_cache
 from tasks.outcomes import ItemOutcome, SuiteOptions, SuiteOutcome
+from tasks.output import progress_bar
 from tasks.questions import ChatPrompt
-from tasks.runner import GREEDY, progress_bar, with_cache
 
 CHAT_MAX_NEW_TOKENS = 48
 DEFAULT_CHATS = 8  # the suite's default size: 4 single-turn and 4 multi-turn conversations

@@ -35,12 +35,13 @@ from agent.constraints import span_pattern
 from runtime.backends.base import Backend, Completion
 from runtime.errors import RadixAgentError
 from tasks import documents, prompts
+from tasks.backend_setup import GREEDY, context_limit, count_tokens, with_cache
 from tasks.citations import Verdict, check_answer
 from tasks.documents import Document, search_terms
 from tasks.outcomes import ItemOutcome, SuiteOptions, SuiteOutcome
+from tasks.output import JsonlSink, progress_bar
 from tasks.passages import Sentence, SentenceIndex, expand_answer, number_paragraphs, sentence_of
 from tasks.questions import Question
-from tasks.runner import GREEDY, JsonlSink, context_limit, count_tokens, progress_bar, with_cache
 from tasks.scoring import score_answer
 
 #: tokens the context must leave beside the head: question, passages, answer, one rollback note

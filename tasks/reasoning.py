@@ -21,9 +21,10 @@ from agent import Agent, Example, RunResult, Step, Tool, ToolError, tool
 from agent.examples import answer_json, call_json
 from runtime.backends.base import Backend
 from tasks import prompts
+from tasks.backend_setup import GREEDY, with_cache
 from tasks.outcomes import ItemOutcome, SuiteOptions, SuiteOutcome
+from tasks.output import progress_bar
 from tasks.questions import Question
-from tasks.runner import GREEDY, progress_bar, with_cache
 from tasks.scoring import contains_match, extract_number, numeric_match
 
 REASONING_MAX_STEPS = 8
