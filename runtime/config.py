@@ -8,7 +8,7 @@ import psutil
 
 from runtime.cache.kv_format import canonical, kv_cache_dtype_problems
 from runtime.cache.policies import POLICIES
-from runtime.env import env_flag, env_str, offline_hub  # noqa: F401  (re-exported)
+from runtime.env import env_str, offline_hub  # noqa: F401  (re-exported)
 
 DTYPES = ("float32", "bfloat16", "float16")
 #: weight-only quantization, named as SGLang's --torchao-config values (runtime/quant.py)

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agent import Agent, Example, RunResult, Step, Tool, ToolError, tool
+from agent import Agent, RunResult, Step, Tool, ToolError, tool
 from agent.examples import answer_json, call_json
 from runtime.backends.base import Backend
 from tasks import prompts
@@ -121,22 +121,13 @@ def make_verifier(question: Question) -> Callable[[str], tuple[bool, str]]:
 
 def examples_text() -> str:
     """The worked examples as one system-prompt section. Measured on the bundled problems, this
-    compact form beats demonstrated turns (`reasoning_examples`) for the calculator habit."""
+    compact form beats demonstrated turns (agent `Example`s) for the calculator habit."""
     body = "\n\n".join(
         prompts.REASONING_EXAMPLE.format(problem=p, call=call_json("calculator", {"expression": e}), result=r,
                                          answer=answer_json(r))
         for p, e, r in prompts.REASONING_EXAMPLES
     )  # fmt: skip
     return prompts.REASONING_EXAMPLES_SECTION.format(examples=body)
-
-
-def reasoning_examples(count: int | None = None) -> list[Example]:
-    """The first `count` (default all) worked examples: one calculator call, then the answer."""
-    rows = prompts.REASONING_EXAMPLES if count is None else prompts.REASONING_EXAMPLES[:count]
-    return [
-        Example(problem, result, (("calculator", {"expression": expr}, result),))
-        for problem, expr, result in rows
-    ]
 
 
 def _just_computed(run: Any) -> bool:
