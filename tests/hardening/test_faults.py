@@ -350,6 +350,7 @@ def served(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
         log.close()
 
 
+@pytest.mark.slow  # a `radixagent serve` subprocess loads the model
 def test_sigterm_drains_in_flight_stream_and_exits_zero(served: tuple[subprocess.Popen[bytes], str]) -> None:
     proc, url = served
     body = {"text": "Count slowly from one to one hundred:", "stream": True,
