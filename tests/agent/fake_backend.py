@@ -144,7 +144,6 @@ class FakeBackend(Backend):
             request_id=rid or f"fake-{call.index}",
         )  # fmt: skip
 
-
     def _stop(self, out_ids: list[int], params: dict[str, Any]) -> tuple[list[int], str, bool]:
         """(ids, text, stopped) after SGLang's stop rules: a stop token ends the output (kept in the
         ids, not in the text); a stop string cuts the text before it (the ids up to its token)."""
