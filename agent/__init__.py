@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from agent.actions import Action, action_schema, parse_action
 from agent.agent import Agent
+from agent.checkpoints import Checkpoint, ForkResult, RunResult, Step
 from agent.config import AgentConfig
 from agent.errors import AgentError, ParseError, ToolError
 from agent.examples import Example, ExampleCall
 from agent.layout import Prompt, PromptLayout
-from agent.result import Checkpoint, ForkResult, RunResult, Step
 from agent.run import Run
 from agent.tools import Tool, ToolResult, canonical_json, tool
 from agent.trace import PrefixBreakWarning, SessionLedger, StepRecord, TraceWriter, read_trace

@@ -10,11 +10,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from agent.checkpoints import ForkResult, RunResult
 from agent.choice import check_tool_choice
 from agent.config import AgentConfig
 from agent.examples import Example, check_examples
 from agent.layout import Document, Prompt, PromptLayout
-from agent.result import ForkResult, RunResult
 from agent.run import Run, RunContext, Verify
 from agent.tools import Tool
 from agent.trace import SessionLedger, StepRecord, TraceWriter

@@ -15,12 +15,12 @@ from typing import Any
 
 from agent import prompts
 from agent.actions import Action, action_schema, parse_action, thought_schema
+from agent.checkpoints import Checkpoint, RunResult, Step
 from agent.choice import allowed_actions
 from agent.config import AgentConfig
 from agent.constraints import context_numbers
 from agent.errors import ParseError
 from agent.layout import Piece, Prompt, PromptLayout
-from agent.result import Checkpoint, RunResult, Step
 from agent.tools import Tool, ToolResult
 from agent.trace import SessionLedger, StepRecord, TraceWriter, warn_prefix_break
 from runtime.backends.base import Backend, Completion

@@ -100,7 +100,7 @@ def engine_from_model(model: Any, name: str, **config: Any) -> Any:
 def random_prompts(vocab: int, doc_tokens: int, n_questions: int, seed: int) -> Any:
     import torch
 
-    from evals.bench import QAPrompts
+    from evals.bench_measure import QAPrompts
 
     g = torch.Generator().manual_seed(seed)
     ids = lambda n: torch.randint(0, vocab, (n,), generator=g).tolist()  # noqa: E731
@@ -110,7 +110,7 @@ def random_prompts(vocab: int, doc_tokens: int, n_questions: int, seed: int) -> 
 def bench_model(name: str, args: argparse.Namespace, say) -> dict[str, Any]:
     import torch
 
-    from evals.bench import EngineRunner, prefix_reuse, throughput_sweep
+    from evals.bench_measure import EngineRunner, prefix_reuse, throughput_sweep
     from runtime.model import LlamaModel, ModelConfig
 
     cfg = ModelConfig(**MODELS[name])
@@ -159,7 +159,7 @@ def identity_fp32(cfg: Any, args: argparse.Namespace, qa: Any) -> float:
     """Greedy outputs cold vs cached in float32 (bf16 rounding may flip a near-tied argmax)."""
     import torch
 
-    from evals.bench import EngineRunner, prefix_reuse
+    from evals.bench_measure import EngineRunner, prefix_reuse
     from runtime.model import LlamaModel
 
     model = LlamaModel.random(cfg, torch.float32, args.device, seed=0)

@@ -15,14 +15,13 @@ One int4wo-32 engine (the fast weights), a sibling per KV dtype over the same we
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from evals.bench import QUESTIONS, EngineRunner, Runner, Sample, essay_documents, qa_prompts
+from evals.bench_measure import QUESTIONS, EngineRunner, Runner, Sample, essay_documents, qa_prompts
 
 GIB = 2**30
 
@@ -267,24 +266,6 @@ def kv_section(
         suites=not args.no_suites and not args.quick,
     )
     return run_kv(model_path, cfg, say, args.out.parent / "eval")
-
-
-def only_kv(args: argparse.Namespace, json_path: Path, gpu: dict[str, Any] | None, say) -> int:
-    """`--only kv`: the KV section alone, merged into the last full run's results and report."""
-    from evals.peers.report import write_report
-
-    kv = kv_section(args, None, say)
-    if not json_path.exists():
-        json_path.with_name("bench-kv-results.json").write_text(json.dumps(kv, indent=2) + "\n")
-        say(f"no {json_path} to merge into: wrote {json_path.with_name('bench-kv-results.json')} only")
-        return 0
-    results = json.loads(json_path.read_text())
-    results["kv_cache"] = kv
-    json_path.write_text(json.dumps(results, indent=2) + "\n")
-    write_report(results, args.out, gpu)
-    say(f"merged the KV section into {json_path} and {args.out}")
-    print(json.dumps(kv["ratios"], indent=2))
-    return 0
 
 
 # ---- report --------------------------------------------------------------------------------------

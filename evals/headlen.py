@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from evals.backends import EvalSetup
-from tasks.runner import percentile, with_cache
+from tasks.backend_setup import with_cache
+from tasks.output import percentile
 
 COUNTS = (0, 1, 2, 4, 8)
 DOC = "needle/doc_1024_0.txt"

@@ -1,7 +1,9 @@
-"""`radixagent` console script: one subcommand per job, each implemented where its concept lives.
+"""The runtime's own subcommands (`python -m runtime.cli serve|cluster|launch-sglang`) and the
+dispatcher the full `radixagent` command (evals/commands.py, the top of the import graph) reuses.
 
-Subcommands are imported lazily so `radixagent --help` and `radixagent trace` stay instant
-(no torch import) and a missing optional piece only breaks its own subcommand.
+Subcommands are imported lazily so `--help` stays instant (no torch import) and a missing optional
+piece only breaks its own subcommand. This module names only runtime modules: the agent, task and
+eval subcommands are added by evals/commands.py, above every layer they come from.
 """
 
 from __future__ import annotations
@@ -9,43 +11,39 @@ from __future__ import annotations
 import importlib
 import logging
 import sys
+from collections.abc import Mapping
 
-COMMANDS: dict[str, tuple[str, str]] = {
+#: name -> (module with a `main(argv) -> int`, one-line description)
+RUNTIME_COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("runtime.server.cli", "SGLang-compatible HTTP server over the embedded engine"),
-    "demo": ("tasks.demo", "the main job: a long-document QA agent run with per-step cache hits"),
-    "qa": ("tasks.qa", "answer questions about a document (--doc FILE --questions FILE)"),
-    "eval": ("evals.cli", "cached vs uncached agent suites, report and charts"),
-    "eval-eviction": ("evals.eviction.cli", "compare eviction policies on replayed agent workloads"),
-    "cluster": ("runtime.cluster", "N local workers behind sglang-router"),
-    "eval-cluster": ("evals.cluster", "routing policies compared on a local cluster"),
-    "trace": ("agent.trace_cli", "per-step table of a trace.jsonl"),
-    "gen-needle": ("tasks.needle", "generate needle-in-a-haystack QA sets"),
+    "cluster": ("runtime.cluster_cli", "N local workers behind sglang-router"),
     "launch-sglang": ("runtime.sglang_plugin", "start a real SGLang server with the session-aware policy"),
 }
 
 
-def usage() -> str:
-    width = max(map(len, COMMANDS))
-    lines = ["usage: radixagent COMMAND [ARGS...]   (radixagent COMMAND --help for each)", "", "commands:"]
-    lines += [f"  {name:<{width}}  {about}" for name, (_, about) in COMMANDS.items()]
+def usage(commands: Mapping[str, tuple[str, str]], prog: str = "radixagent") -> str:
+    width = max(map(len, commands))
+    lines = [f"usage: {prog} COMMAND [ARGS...]   ({prog} COMMAND --help for each)", "", "commands:"]
+    lines += [f"  {name:<{width}}  {about}" for name, (_, about) in commands.items()]
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
+def dispatch(commands: Mapping[str, tuple[str, str]], argv: list[str] | None = None) -> int:
+    """Run `argv[0]`'s module's `main(argv[1:])`; usage on no command, exit 2 on an unknown one."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help", "help"):
-        print(usage())
+        print(usage(commands))
         return 0
     name, rest = argv[0], argv[1:]
-    if name not in COMMANDS:
-        print(f"radixagent: unknown command {name!r}\n\n{usage()}", file=sys.stderr)
+    if name not in commands:
+        print(f"radixagent: unknown command {name!r}\n\n{usage(commands)}", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     from runtime.env import offline_hub
 
     offline_hub()  # before any library imports tqdm or transformers
     try:
-        module = importlib.import_module(COMMANDS[name][0])
+        module = importlib.import_module(commands[name][0])
     except ModuleNotFoundError as exc:
         print(f"radixagent {name}: not available in this install ({exc})", file=sys.stderr)
         return 2
@@ -54,6 +52,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"radixagent {name}: interrupted", file=sys.stderr)
         return 130
+
+
+def main(argv: list[str] | None = None) -> int:
+    return dispatch(RUNTIME_COMMANDS, argv)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,6 @@ See docs/cluster.md.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
 import signal
@@ -155,7 +154,8 @@ class Cluster:
         self.stop()
 
     # ---- lifecycle ----------------------------------------------------------------------------
-    def start(self) -> None:
+    def start(self) -> Proc:
+        """Workers, then the router once every worker is healthy; returns the router's process."""
         kind = self.resolve_router()
         if not router_available(kind):
             raise ClusterError(f"router {kind!r} is not installed in {sys.executable}: {INSTALL_HINT}")
@@ -168,11 +168,12 @@ class Cluster:
                 self.workers.append(self._spawn(f"worker{i}", self._worker_cmd, log_dir))
             for w in self.workers:
                 _wait_http(w, "/health", deadline, lambda r: r.status_code == 200)
-            self.router = self._spawn("router", self._router_cmd, log_dir, port=self.config.port)
-            _wait_http(self.router, "/workers", deadline, self._all_registered)
+            router = self.router = self._spawn("router", self._router_cmd, log_dir, port=self.config.port)
+            _wait_http(router, "/workers", deadline, self._all_registered)
         except BaseException:
             self.stop()
             raise
+        return router
 
     def stop(self, grace_s: float = 10.0) -> None:
         """Router first (no new traffic), then the workers; idempotent."""
@@ -277,7 +278,7 @@ class Cluster:
             args += ["--num-threads", str(threads)]
         if "--enable-metrics" not in args:
             args.append("--enable-metrics")
-        return [sys.executable, "-m", "runtime.cli", "serve", "--host", self.config.host, "--port", str(port),
+        return [sys.executable, "-m", "runtime.server.cli", "--host", self.config.host, "--port", str(port),
                 "--log-level", "warning", *args]  # fmt: skip
 
     def _router_cmd(self, port: int, worker_urls: list[str] | None = None) -> list[str]:
@@ -378,112 +379,3 @@ def _wait_http(proc: Proc, path: str, deadline: float, ready: Any) -> None:
         if time.monotonic() > deadline:
             raise ClusterError(f"{proc.name} not ready at {proc.url}{path}; log {proc.log}:\n{proc.tail()}")
         time.sleep(0.5)
-
-
-# ---- CLI -------------------------------------------------------------------------------------------
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="radixagent cluster",
-        description="Start N local `radixagent serve` workers and a router (smg or sglang-router) on "
-        "loopback; Ctrl-C stops all.",
-    )
-    p.add_argument(
-        "--workers", type=int, default=2, help="number of workers (each its own process and KV pool)"
-    )
-    p.add_argument("--port", type=int, default=30000, help="router port on 127.0.0.1")
-    p.add_argument("--policy", default="cache_aware", choices=ALL_POLICIES,
-                   help="router policy; `session` = sticky X-SMG-Routing-Key (our backend's session id), "
-                        "key-less requests cache-aware on smg, random on sglang-router")  # fmt: skip
-    p.add_argument("--router", default="auto", choices=("auto", *ROUTERS),
-                   help="which router package to launch; auto: smg if installed, else sglang-router")  # fmt: skip
-    p.add_argument(
-        "--max-total-tokens", type=int, default=None, help="KV pool size of EACH worker, in tokens"
-    )
-    p.add_argument(
-        "--worker-args",
-        default="",
-        help='extra `radixagent serve` flags, e.g. "--radix-eviction-policy session"',
-    )
-    p.add_argument("--router-args", default="", help='extra router flags, e.g. "--cache-threshold 0.5"')
-    p.add_argument("--threads-per-worker", type=int, default=None)
-    p.add_argument("--log-dir", default=None, help="process logs (default: a temporary folder)")
-    p.add_argument("--max-restarts", type=int, default=5,
-                   help="restarts of a crashed worker (or router) within --restart-window; beyond that it "
-                        "stays down and the others keep serving (0: never restart)")  # fmt: skip
-    p.add_argument("--restart-window", type=float, default=600.0, help="seconds (see --max-restarts)")
-    p.add_argument("--restart-backoff", type=float, default=1.0,
-                   help="seconds before a first restart, doubled per further restart in the window (max 30)")  # fmt: skip
-    return p
-
-
-def config_from_args(ns: argparse.Namespace) -> ClusterConfig:
-    import shlex
-
-    worker_args = shlex.split(ns.worker_args)
-    if ns.max_total_tokens is not None:
-        worker_args += ["--max-total-tokens", str(ns.max_total_tokens)]
-    return ClusterConfig(
-        workers=ns.workers, port=ns.port, policy=ns.policy, router=ns.router, worker_args=tuple(worker_args),
-        router_args=tuple(shlex.split(ns.router_args)), threads_per_worker=ns.threads_per_worker,
-        log_dir=ns.log_dir,
-    )  # fmt: skip
-
-
-def main(argv: list[str] | None = None) -> int:
-    ns = build_parser().parse_args(argv)
-    if not router_available(ns.router):
-        what = "a router" if ns.router == "auto" else ns.router
-        print(f"radixagent cluster: needs {what} ({INSTALL_HINT})", file=sys.stderr)
-        return 2
-    try:
-        config = config_from_args(ns)
-        cluster = Cluster(config)
-        kind = cluster.resolve_router()
-    except (ValueError, ClusterError) as exc:
-        print(f"radixagent cluster: {exc}", file=sys.stderr)
-        return 2
-    from runtime.supervisor import RestartPolicy, Supervisor
-
-    try:
-        restarts = RestartPolicy(max_restarts=ns.max_restarts, window_s=ns.restart_window,
-                                 backoff_s=ns.restart_backoff, startup_timeout_s=config.startup_timeout_s)  # fmt: skip
-    except ValueError as exc:
-        print(f"radixagent cluster: {exc}", file=sys.stderr)
-        return 2
-    for sig in STOP_SIGNALS:
-        signal.signal(sig, _raise_interrupt)
-    about = f"{kind} {router_version(kind)}, policy {config.policy}: {' '.join(policy_flags(config.policy, kind))}"
-    try:
-        print(f"starting {config.workers} workers ({about}) ...", file=sys.stderr, flush=True)
-        cluster.start()
-        print(f"router  {cluster.url}  pid {cluster.router.popen.pid}  ({about})", flush=True)
-        for w in cluster.workers:
-            print(f"{w.name:<7} {w.url}  pid {w.popen.pid}  log {w.log}", flush=True)
-        print("Ctrl-C stops the router and all workers.", file=sys.stderr, flush=True)
-        code = Supervisor(cluster, restarts).run()
-        print("radixagent cluster: no worker left to serve; stopping", file=sys.stderr, flush=True)
-        return code
-    except ClusterError as exc:
-        print(f"radixagent cluster: {exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        return 0
-    finally:
-        for sig in STOP_SIGNALS:  # a second Ctrl-C must not cut the shutdown short (orphaned workers)
-            signal.signal(sig, signal.SIG_IGN)
-        cluster.stop()
-
-
-#: what stops `radixagent cluster` (SIGHUP: its terminal closed; the workers run in their own sessions
-#: and would otherwise outlive it)
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
-
-def _raise_interrupt(signum: int, frame: object) -> None:
-    for sig in STOP_SIGNALS:  # once: a second signal during the shutdown is ignored (it is bounded)
-        signal.signal(sig, signal.SIG_IGN)
-    raise KeyboardInterrupt
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

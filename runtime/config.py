@@ -8,7 +8,7 @@ import psutil
 
 from runtime.cache.kv_format import canonical, kv_cache_dtype_problems
 from runtime.cache.policies import POLICIES
-from runtime.env import env_flag, env_str, offline_hub  # noqa: F401  (re-exported)
+from runtime.env import env_str, offline_hub  # noqa: F401  (re-exported)
 
 DTYPES = ("float32", "bfloat16", "float16")
 #: weight-only quantization, named as SGLang's --torchao-config values (runtime/quant.py)
@@ -49,12 +49,12 @@ class EngineConfig:
             problems.append("max_total_tokens must be >= 16")
         if self.radix_eviction_policy not in POLICIES:
             problems.append(f"radix_eviction_policy must be one of {sorted(POLICIES)}")
-        if self.dtype is None:
-            object.__setattr__(self, "dtype", "bfloat16" if self.torchao_config else "float32")
-        if self.dtype not in DTYPES:
+        dtype = self.dtype if self.dtype is not None else ("bfloat16" if self.torchao_config else "float32")
+        object.__setattr__(self, "dtype", dtype)
+        if dtype not in DTYPES:
             problems.append(f"dtype must be one of {DTYPES}")
         if self.torchao_config is not None:
-            problems += torchao_problems(self.torchao_config, self.device, self.dtype)
+            problems += torchao_problems(self.torchao_config, self.device, dtype)
         if isinstance(self.kv_cache_dtype, str):
             object.__setattr__(self, "kv_cache_dtype", canonical(self.kv_cache_dtype))
             problems += kv_cache_dtype_problems(self.kv_cache_dtype)

@@ -6,11 +6,6 @@ from __future__ import annotations
 import os
 
 
-def env_flag(name: str, default: bool = False) -> bool:
-    value = os.environ.get(name)
-    return default if value is None else value.lower() in ("1", "true", "yes", "on")
-
-
 def env_str(name: str) -> str | None:
     return os.environ.get(name) or None
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import llguidance
 import llguidance.hf
@@ -20,8 +20,11 @@ import torch
 from runtime import grammar_guard
 from runtime.errors import GrammarError
 
+if TYPE_CHECKING:  # a stub-only TypedDict
+    from llguidance._lib import JsonCompileOptions
+
 # Compact JSON: the model cannot pad with whitespace, which small models otherwise do forever.
-_JSON_OPTIONS: dict[str, Any] = {"whitespace_flexible": False}
+_JSON_OPTIONS: JsonCompileOptions = {"whitespace_flexible": False}
 
 
 class _TokenizerCache:
@@ -54,7 +57,7 @@ class GrammarMatcher:
 
     def __init__(self, matcher: llguidance.LLMatcher, vocab: int) -> None:
         self._matcher = matcher
-        self._vocab = vocab  # tokenizer's vocabulary size (the model's may be larger: padded)
+        # vocab: the tokenizer's vocabulary size (the model's may be larger: padded)
         self._words = (vocab + 31) // 32
         self._bitmask = torch.zeros(self._words, dtype=torch.int32)  # [ceil(vocab/32)] reused per step
 
@@ -114,10 +117,6 @@ class GrammarMatcher:
     def is_accepting(self) -> bool:
         """True when the text so far is a complete match (more tokens may still be allowed)."""
         return self._matcher.is_accepting()
-
-    def forced_tokens(self) -> list[int]:
-        """Tokens the grammar forces next (the engine may append them without a forward pass)."""
-        return list(self._matcher.compute_ff_tokens())
 
     def rollback(self, num_tokens: int) -> None:
         self._matcher.rollback(num_tokens)

@@ -8,7 +8,7 @@ cache layers are plain [batch, kv_heads, seq, head_dim] tensors.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -53,7 +53,9 @@ class HFModel:
         ids = torch.tensor([seg.ids], device=self.device)
         positions = torch.arange(m, m + n, device=self.device).unsqueeze(0)
         out = self.hf(input_ids=ids, cache=cache, position_ids=positions, use_cache=True)
-        for i, layer in enumerate(cache.layers):  # the cache object is extended in place
+        # the cache object is extended in place; transformers types its layers as a union that
+        # includes linear-attention layers (no keys/values), which our full-attention models never use
+        for i, layer in enumerate(cast(list[Any], cache.layers)):
             kv.write(i, m, layer.keys[0, :, m : m + n], layer.values[0, :, m : m + n])
         kv.length += n
         if seg.logits_from >= 0:

@@ -180,8 +180,9 @@ class LlamaModel:
 
         tied = cfg.tie_embeddings or "lm_head.weight" not in state
         self.lm_head = fmt.head(state["model.embed_tokens.weight" if tied else "lm_head.weight"])
-        if tied and isinstance(self.lm_head, Int8):
-            self._embed = self.lm_head.rows
+        self._embed: Callable[[torch.Tensor], torch.Tensor]
+        if isinstance(self.lm_head, Int8):
+            self._embed = self.lm_head.rows if tied else w("model.embed_tokens.weight").__getitem__
         else:
             table = self.lm_head.weight if tied else w("model.embed_tokens.weight")
             self._embed = table.__getitem__

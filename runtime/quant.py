@@ -120,7 +120,7 @@ class WeightFormat:
             return Int8.quantize(w, self.dtype, bias)
         return Int4.quantize(w, int(cfg.split("-")[1]), self.dtype, bias)
 
-    def head(self, w: torch.Tensor) -> Linear:
+    def head(self, w: torch.Tensor) -> Dense | Int8:
         """The lm_head (and, when tied, the embedding table): int8 rows whenever quantized."""
         return Dense(self._dense(w)) if self.torchao_config is None else Int8.quantize(w, self.dtype, None)
 

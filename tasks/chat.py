@@ -12,7 +12,6 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from agent import StepRecord
 from agent.prompts import GENERATION_PROMPT, IM_END, MESSAGE
@@ -20,8 +19,10 @@ from agent.trace import SessionLedger
 from runtime.backends.base import Backend, Completion
 from runtime.errors import RadixAgentError
 from tasks import prompts
+from tasks.backend_setup import GREEDY, with_cache
+from tasks.outcomes import ItemOutcome, SuiteOptions, SuiteOutcome
+from tasks.output import progress_bar
 from tasks.questions import ChatPrompt
-from tasks.runner import GREEDY, progress_bar, with_cache
 
 CHAT_MAX_NEW_TOKENS = 48
 DEFAULT_CHATS = 8  # the suite's default size: 4 single-turn and 4 multi-turn conversations
@@ -102,9 +103,8 @@ def load_chats(limit: int | None = None) -> list[ChatPrompt]:
     return mixed[: limit or DEFAULT_CHATS]
 
 
-def run_chat_suite(backend: Backend, options: Any) -> Any:
+def run_chat_suite(backend: Backend, options: SuiteOptions) -> SuiteOutcome:
     """The eval's "chat" suite: `options.limit` conversations (default DEFAULT_CHATS), in file order."""
-    from tasks.suites import ItemOutcome, SuiteOutcome
 
     backend = with_cache(backend, options.prefix_cache)
     chats = load_chats(options.limit)

@@ -15,10 +15,10 @@ from rich.console import Console
 from rich.table import Table
 
 from agent import Step, StepRecord
+from tasks.output import fmt_s
 from tasks.qa import OnStep, QAReport
-from tasks.qa_report import summarize
+from tasks.qa_cli import summarize
 from tasks.questions import Question
-from tasks.runner import fmt_s
 
 DEMO_DOC = "needle/doc_2048_0.txt"
 DEMO_QUESTIONS = "needle/questions_2048_0.jsonl"
@@ -98,10 +98,10 @@ def final_table(report: QAReport) -> Table:
 
 def main(argv: list[str]) -> int:
     from tasks import data_path
+    from tasks.backend_setup import open_backend
     from tasks.documents import load_document
     from tasks.qa import run_qa
     from tasks.questions import load_questions
-    from tasks.runner import open_backend
 
     args = parse_args(argv)
     console = Console()

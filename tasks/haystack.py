@@ -40,10 +40,9 @@ _ABBREVIATION = re.compile(r"(?:\b(?:Mr|Mrs|Ms|Dr|St|vs|etc|Inc|Jr|Sr|e\.g|i\.e|
 
 @dataclass(frozen=True, slots=True)
 class Placement:
-    """Where an inserted sentence ended up: character span, token offset, depth, 1-based lines."""
+    """Where an inserted sentence ended up: token offset, depth, 1-based lines."""
 
     sentence: str
-    char_start: int
     token_offset: int
     depth: float
     first_line: int
@@ -256,7 +255,6 @@ def _locate(text: str, sentence: str, total: int, count: TokenCounter) -> Placem
     offset = count(text[: match.start()])
     return Placement(
         sentence=sentence,
-        char_start=match.start(),
         token_offset=offset,
         depth=round(offset / max(total, 1), 4),
         first_line=text.count("\n", 0, match.start()) + 1,

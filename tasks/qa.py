@@ -15,7 +15,7 @@ found". The accepted span is widened to the whole answering phrase of its senten
 interrupted run keeps what it answered.
 
 CLI: `radixagent qa --doc FILE --questions FILE [--backend embedded|URL] [--no-cache]
-[--concurrency N] [--out DIR]` (see `main`; the summary table lives in tasks/qa_report.py).
+[--concurrency N] [--out DIR]` (tasks/qa_cli.py: the flags and the summary table).
 """
 
 from __future__ import annotations
@@ -35,11 +35,13 @@ from agent.constraints import span_pattern
 from runtime.backends.base import Backend, Completion
 from runtime.errors import RadixAgentError
 from tasks import documents, prompts
+from tasks.backend_setup import GREEDY, context_limit, count_tokens, with_cache
 from tasks.citations import Verdict, check_answer
 from tasks.documents import Document, search_terms
+from tasks.outcomes import ItemOutcome, SuiteOptions, SuiteOutcome
+from tasks.output import JsonlSink, progress_bar
 from tasks.passages import Sentence, SentenceIndex, expand_answer, number_paragraphs, sentence_of
 from tasks.questions import Question
-from tasks.runner import GREEDY, JsonlSink, context_limit, count_tokens, progress_bar
 from tasks.scoring import score_answer
 
 #: tokens the context must leave beside the head: question, passages, answer, one rollback note
@@ -338,12 +340,10 @@ def _fan_out(leader: Run, doc: Document, questions: Sequence[Question], concurre
 LONGDOC_SETS: tuple[tuple[str, str], ...] = (("needle/doc_2048_0.txt", "needle/questions_2048_0.jsonl"),)
 
 
-def run_longdoc_suite(backend: Backend, options: Any) -> Any:
+def run_longdoc_suite(backend: Backend, options: SuiteOptions) -> SuiteOutcome:
     """The eval's "longdoc" suite: the QA runner over a small bundled needle subset."""
     from tasks import data_path
     from tasks.questions import load_questions
-    from tasks.runner import with_cache
-    from tasks.suites import ItemOutcome, SuiteOutcome
 
     backend = with_cache(backend, options.prefix_cache)
     items: list[ItemOutcome] = []
@@ -369,9 +369,3 @@ def _items(report: QAReport, item_type: Any) -> list[Any]:
         row = result.row
         items.append(item_type(row["id"], row["answer"], row.get("correct"), result.status, steps))
     return items
-
-
-def main(argv: list[str]) -> int:
-    from tasks.qa_report import main as cli_main
-
-    return cli_main(argv)

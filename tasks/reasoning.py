@@ -17,12 +17,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agent import Agent, Example, RunResult, Step, Tool, ToolError, tool
+from agent import Agent, RunResult, Step, Tool, ToolError, tool
 from agent.examples import answer_json, call_json
 from runtime.backends.base import Backend
 from tasks import prompts
+from tasks.backend_setup import GREEDY, with_cache
+from tasks.outcomes import ItemOutcome, SuiteOptions, SuiteOutcome
+from tasks.output import progress_bar
 from tasks.questions import Question
-from tasks.runner import GREEDY, progress_bar, with_cache
 from tasks.scoring import contains_match, extract_number, numeric_match
 
 REASONING_MAX_STEPS = 8
@@ -119,22 +121,13 @@ def make_verifier(question: Question) -> Callable[[str], tuple[bool, str]]:
 
 def examples_text() -> str:
     """The worked examples as one system-prompt section. Measured on the bundled problems, this
-    compact form beats demonstrated turns (`reasoning_examples`) for the calculator habit."""
+    compact form beats demonstrated turns (agent `Example`s) for the calculator habit."""
     body = "\n\n".join(
         prompts.REASONING_EXAMPLE.format(problem=p, call=call_json("calculator", {"expression": e}), result=r,
                                          answer=answer_json(r))
         for p, e, r in prompts.REASONING_EXAMPLES
     )  # fmt: skip
     return prompts.REASONING_EXAMPLES_SECTION.format(examples=body)
-
-
-def reasoning_examples(count: int | None = None) -> list[Example]:
-    """The first `count` (default all) worked examples: one calculator call, then the answer."""
-    rows = prompts.REASONING_EXAMPLES if count is None else prompts.REASONING_EXAMPLES[:count]
-    return [
-        Example(problem, result, (("calculator", {"expression": expr}, result),))
-        for problem, expr, result in rows
-    ]
 
 
 def _just_computed(run: Any) -> bool:
@@ -191,9 +184,8 @@ def load_problems(limit: int | None = None) -> list[Question]:
     return load_questions(data_path("reasoning.jsonl"))[: limit or DEFAULT_PROBLEMS]
 
 
-def run_reasoning_suite(backend: Backend, options: Any) -> Any:
+def run_reasoning_suite(backend: Backend, options: SuiteOptions) -> SuiteOutcome:
     """The eval's "reasoning" suite: `options.limit` problems (default DEFAULT_PROBLEMS), in file order."""
-    from tasks.suites import ItemOutcome, SuiteOutcome
 
     backend = with_cache(backend, options.prefix_cache)
     problems = load_problems(options.limit)

@@ -44,8 +44,8 @@ class CostModel:
     traces (LLaMA3-70B on 8xA800, FAST'25 Table 1 and Eq. 1): prefill = the linear FLOP term
     l*b*d^2 / G = 80*22*8192^2 / (8*312e12) = 4.7e-5 s per uncached token (0.05 ms; the quadratic
     attention term and MFU below 100% left out), decode = its 100 ms TBT threshold per output token.
-    This engine's own CPU figures (SmolLM2-135M fp32, 2 threads: ~2 ms/token prefill, 10-13 tok/s
-    decode) are `CPU_ENGINE`."""
+    This engine's own CPU figures (SmolLM2-135M fp32, 2 threads) would be ~2 ms/token prefill and
+    ~80 ms/token decode (`--prefill-ms-per-token` / `--decode-ms-per-token`, trace_cli.py)."""
 
     prefill_s_per_token: float = 0.00005
     decode_s_per_token: float = 0.100
@@ -56,9 +56,6 @@ class CostModel:
 
     def duration(self, uncached_tokens: int, output_tokens: int) -> float:
         return self.prefill_s_per_token * uncached_tokens + self.decode_s_per_token * output_tokens
-
-
-CPU_ENGINE = CostModel(prefill_s_per_token=0.002, decode_s_per_token=0.080)
 
 
 @dataclass(slots=True)

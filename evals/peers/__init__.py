@@ -9,7 +9,7 @@ import gc
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from evals.bench import BenchConfig, QAPrompts, multi_session_hits, prefix_reuse
+from evals.bench_measure import BenchConfig, QAPrompts, multi_session_hits, prefix_reuse
 
 
 def run_peers(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from evals.bench import Sample
+from evals.bench_measure import Sample
 
 
 class _Clock:

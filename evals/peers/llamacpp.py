@@ -7,7 +7,7 @@ import json
 import subprocess
 from pathlib import Path
 
-from evals.bench import Sample
+from evals.bench_measure import Sample
 
 BENCH_ENV = Path(__file__).resolve().parents[2] / ".bench-env"  # the repository root's
 WORKER = Path(__file__).with_name("llamacpp_worker.py")

@@ -1,10 +1,9 @@
 """The markdown report of `make bench` (docs/benchmarks.md) from its results dict: ratios and
-targets first, then prefix reuse, throughput, multi-session hit rate, GPU figures when given."""
+targets first, then prefix reuse, throughput, multi-session hit rate (evals/bench.py adds the other sections)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 
@@ -179,7 +178,8 @@ def _load_note(m: dict[str, Any]) -> str:
     )
 
 
-def render_report(r: dict[str, Any], gpu: dict[str, Any] | None = None) -> str:
+def render_report(r: dict[str, Any]) -> str:
+    """Our and the peers' sections; evals/bench.py's `write_report` appends the GPU, KV and suite ones."""
     m, c = r["machine"], r["config"]
     lines = [
         "# Benchmarks (`make bench`)",
@@ -241,37 +241,4 @@ def render_report(r: dict[str, Any], gpu: dict[str, Any] | None = None) -> str:
         "",
     ]
     lines += _hit_rows(r)
-    if gpu is not None:
-        from evals.bench_gpu import gpu_markdown
-
-        lines += ["", *gpu_markdown(gpu)]
     return "\n".join(lines) + "\n"
-
-
-def _summary(path: Path) -> str:
-    """The report's own `Summary:` paragraph, if it has one (those reports are written by hand)."""
-    text = path.read_text()
-    start = text.find("\nSummary:")
-    if start < 0:
-        return ""
-    paragraph = text[start + len("\nSummary:") :].split("\n\n", 1)[0]
-    return ": " + " ".join(paragraph.split())
-
-
-def write_report(results: dict[str, Any], out: Path, gpu: dict[str, Any] | None = None) -> None:
-    text = render_report(results, gpu)
-    if "kv_cache" in results:
-        from evals.bench_kv import kv_markdown
-
-        text += "\n" + "\n".join(kv_markdown(results["kv_cache"])) + "\n"
-    if "agent_suites" in results:
-        from evals.report import markdown_section
-
-        text += "\n" + markdown_section(results["agent_suites"]) + "\n"
-    others = sorted(out.parent.glob("benchmarks-*.md"))
-    if others:  # measured by their own commands (eval-eviction, eval-cluster, stress)
-        text += "\n## Measured by other commands\n\n" + "".join(
-            f"- [{p.name}]({p.name}){_summary(p)}\n" for p in others
-        )
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text)

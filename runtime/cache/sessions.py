@@ -30,7 +30,6 @@ class SessionState:
     """One open session. `deadline` is set only while it waits on a tool with an expected return."""
 
     session_id: str
-    opened_at: float
     last_activity: float
     in_flight: int = 0
     waiting: bool = False
@@ -178,7 +177,7 @@ class SessionRegistry:
         self._opened_since_sweep += 1
         if self._opened_since_sweep >= self.SWEEP_EVERY:
             self.expire_idle(now)
-        state = SessionState(session_id=session_id, opened_at=now, last_activity=now)
+        state = SessionState(session_id=session_id, last_activity=now)
         self._states[session_id] = state
         return state
 

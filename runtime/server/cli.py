@@ -46,5 +46,8 @@ def _exit_cleanly(signum: int, frame: FrameType | None) -> None:
     raise SystemExit(0)
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # `python -m runtime.server.cli` (how `radixagent cluster` starts workers)
+    from runtime.env import offline_hub
+
+    offline_hub()
     raise SystemExit(main(sys.argv[1:]))

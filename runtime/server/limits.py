@@ -8,6 +8,7 @@ schema is rarely 10 deep) and far below what templates and validators can recurs
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 #: nesting of objects and arrays in a request body
@@ -25,6 +26,7 @@ def check_nesting(value: Any, limit: int = MAX_JSON_DEPTH) -> None:
         if depth > limit:
             where = ".".join(path[:4]) + (". ..." if len(path) > 4 else "")
             raise ValueError(f"{where or 'body'}: nested deeper than {limit} levels of objects/arrays")
+        children: Iterable[tuple[Any, Any]]
         if isinstance(item, dict):
             children = item.items()
         elif isinstance(item, list):

@@ -20,6 +20,8 @@ from runtime.server.bridge import SSE_DONE, close_stream, sse, sse_error
 from runtime.server.control import abort_on_disconnect, normalize_rid
 from runtime.server.errors import ApiError
 from runtime.server.openai_stream import close_merged, merge_streams
+from runtime.server.openai_usage import finish_of as _finish
+from runtime.server.openai_usage import usage
 from runtime.server.schemas import ChatCompletionRequest, ChatMessage, CompletionRequest, _OpenAIBase
 from runtime.server.state import ServerState
 from runtime.server.tool_chat import ToolCalling
@@ -217,26 +219,6 @@ def _message_dict(index: int, message: ChatMessage) -> dict[str, Any]:
     elif message.content is None:
         data["content"] = ""
     return data
-
-
-def _finish(meta: dict[str, Any]) -> tuple[str, Any]:
-    reason = meta.get("finish_reason") or {}
-    if isinstance(reason, dict):
-        return str(reason.get("type", "stop")), reason.get("matched")
-    return str(reason), None
-
-
-def usage(metas: list[dict[str, Any]], choices: int = 1) -> dict[str, Any]:
-    """Token counts; with n choices per prompt the prompt (and its cached part) counts once."""
-    prompt = sum(int(m.get("prompt_tokens", 0)) for m in metas[::choices])
-    completion = sum(int(m.get("completion_tokens", 0)) for m in metas)
-    cached = sum(int(m.get("cached_tokens", 0) or 0) for m in metas[::choices])
-    return {
-        "prompt_tokens": prompt,
-        "completion_tokens": completion,
-        "total_tokens": prompt + completion,
-        "prompt_tokens_details": {"cached_tokens": cached},
-    }
 
 
 class _Call:

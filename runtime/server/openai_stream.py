@@ -38,13 +38,13 @@ async def merge_streams(streams: list[AsyncIterator[Chunk]]) -> AsyncIterator[tu
     try:
         remaining = len(streams)
         while remaining:
-            i, chunk, error = await queue.get()
+            i, got, error = await queue.get()
             if error is not None:
                 raise error
-            if chunk is None:
+            if got is None:
                 remaining -= 1
                 continue
-            yield i, chunk
+            yield i, got
     finally:
         for task in tasks:
             task.cancel()

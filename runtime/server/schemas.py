@@ -8,9 +8,9 @@ Values are checked here; the engine re-checks ranges (`SamplingParams`).
 from __future__ import annotations
 
 import json
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from runtime.grammar_guard import check_schema_value
 from runtime.server import limits
@@ -22,7 +22,8 @@ _STRICT = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
 #: the seed range torch's generators take
 SEED = Field(default=None, ge=-(2**63), le=2**64 - 1)
 #: session ids are keys of a global registry: non-empty and bounded
-SESSION_ID = {"min_length": 1, "max_length": 256}
+#: session_id: 1..256 characters (a type, so that mypy sees the constraint pydantic enforces)
+SessionId = Annotated[str, StringConstraints(min_length=1, max_length=256)]
 #: cache_salt / extra_key: the tree stores a digest, the bound keeps request memory small too
 SALT = Field(default=None, max_length=limits.MAX_SALT_CHARS)
 
@@ -135,7 +136,7 @@ class GenerateRequest(_Request):
     stream: bool = False
     rid: str | list[str] | None = None
     session_params: dict[str, Any] | None = None
-    session_id: str | None = Field(default=None, **SESSION_ID)
+    session_id: SessionId | None = None
     cache_salt: str | None = SALT
     extra_key: str | None = SALT
     priority: int | None = None
@@ -184,7 +185,8 @@ class GenerateRequest(_Request):
     def is_batch(self) -> bool:
         if self.text is not None:
             return isinstance(self.text, list)
-        return bool(self.input_ids) and isinstance(self.input_ids[0], list)
+        ids = self.input_ids
+        return ids is not None and len(ids) > 0 and isinstance(ids[0], list)
 
     @property
     def wants_logprobs(self) -> bool:
@@ -263,7 +265,7 @@ class _OpenAIBase(_Request):
     spaces_between_special_tokens: bool | None = None
     no_stop_trim: bool | None = None
     rid: str | None = None
-    session_id: str | None = Field(default=None, **SESSION_ID)
+    session_id: SessionId | None = None
     session_params: dict[str, Any] | None = None
     cache_salt: str | None = SALT
     priority: int | None = None
@@ -349,12 +351,12 @@ class ChatCompletionRequest(_OpenAIBase):
 
 class OpenSessionRequest(_Request):
     capacity_of_str_len: int | None = Field(default=None, ge=0)
-    session_id: str | None = Field(default=None, **SESSION_ID)
+    session_id: SessionId | None = None
     cache_salt: str | None = SALT  # the session belongs to this salt
 
 
 class CloseSessionRequest(_Request):
-    session_id: str = Field(**SESSION_ID)
+    session_id: SessionId
     cache_salt: str | None = SALT
 
 
@@ -362,7 +364,7 @@ class SessionEventRequest(_Request):
     """POST /session_event: `{session_id, event, ...info}`. The info fields the session registry reads
     are typed (a wrong type is a 400); other keys are ignored, never passed on to the engine."""
 
-    session_id: str = Field(**SESSION_ID)
+    session_id: SessionId
     event: Literal["open", "tool_wait", "resume", "abandon", "close"]
     expected_s: float | None = Field(default=None, ge=0)
     tool: str | None = None

@@ -125,7 +125,9 @@ def _tools(raw: list[dict[str, Any]]) -> tuple[Tool, ...]:
         try:
             spec = _ToolDef.model_validate(item)
         except ValidationError as exc:
-            raise ApiError(400, f"tools.{i}: {format_validation_errors(list(exc.errors()))}") from exc
+            raise ApiError(
+                400, f"tools.{i}: {format_validation_errors([dict(e) for e in exc.errors()])}"
+            ) from exc
         fn = spec.function
         params = fn.parameters if fn.parameters is not None else _EMPTY_PARAMS
         _check_parameters(i, params)
@@ -149,7 +151,7 @@ def _choice(raw: str | dict[str, Any] | None, tools: tuple[Tool, ...]) -> tuple[
     try:
         name = _NamedChoice.model_validate(raw).function.name
     except ValidationError as exc:
-        message = format_validation_errors(list(exc.errors()))
+        message = format_validation_errors([dict(e) for e in exc.errors()])
         raise ApiError(
             400, f"tool_choice: expected {{'type': 'function', 'function': {{'name': ...}}}}: {message}"
         ) from exc

@@ -9,6 +9,7 @@ from typing import Any
 
 from runtime.server.bridge import SSE_DONE, close_stream, sse, sse_error
 from runtime.server.errors import ApiError
+from runtime.server.openai_usage import finish_of, usage
 from runtime.server.schemas import ChatCompletionRequest
 from runtime.server.state import ServerState
 from runtime.server.tool_calls import ToolPlan, new_call_id, openai_calls, plan, split_output
@@ -67,7 +68,7 @@ class ToolCalling:
         tools = p.tools if p is not None else ()
         engine = self.state.engine
         tokenizer = getattr(engine, "tokenizer", None)
-        if template_takes_tools(tokenizer):
+        if tokenizer is not None and template_takes_tools(tokenizer):
             defs = [json.loads(json.dumps(t.definition(), sort_keys=True)) for t in tools] or None
             text = await self.state.bridge.call(
                 tokenizer.apply_chat_template, native_messages(messages), tools=defs,
@@ -112,7 +113,9 @@ class ToolCalling:
         self, call: Any, chunks: AsyncIterator[dict[str, Any]], p: ToolPlan
     ) -> AsyncIterator[bytes]:
         """OpenAI chat chunks with `delta.tool_calls`; ends with the finish chunk, usage, [DONE]."""
-        streamer, ids, last = CallStreamer(self.fmt), [], None
+        streamer = CallStreamer(self.fmt)
+        ids: list[str] = []
+        last: dict[str, Any] | None = None
         try:
             yield sse(_chunk(call, {"role": "assistant", "content": ""}))
             async for chunk in chunks:
@@ -143,11 +146,9 @@ class ToolCalling:
         return tuple(ids)
 
     def _tail(self, call: Any, last: dict[str, Any], ids: list[str]) -> list[bytes]:
-        from runtime.server.openai_api import _finish, usage  # openai_api imports this module
-
         meta = last.get("meta_info", {})
         self.state.observe("openai", last, stream=True)
-        reason = _finish(meta)[0]
+        reason = finish_of(meta)[0]
         parsed = self.fmt.parse(last.get("text", ""))
         if ids and parsed.complete and len(parsed.calls) == len(ids):
             reason = "tool_calls"

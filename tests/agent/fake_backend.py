@@ -119,6 +119,7 @@ class FakeBackend(Backend):
         params = dict(sampling_params or {})
         if input_ids is not None and not self.supports_input_ids:
             raise BackendError("fake backend: input_ids not supported", status=400)
+        _check_params(params)
         ids = list(input_ids) if input_ids is not None else self.tokenizer.encode(prompt or "")
         max_new = int(params.get("max_new_tokens", 128))
         if max_new == 0 and not self.zero_new_tokens_ok:
@@ -129,10 +130,9 @@ class FakeBackend(Backend):
             use_cache = prefix_cache and self.cache_enabled
             call.cached_tokens = self.cache.match(cache_salt, ids) if use_cache else 0
         text = self._output(call) if max_new > 0 else ""  # may raise BackendError: a model failure
-        out_ids = self.tokenizer.encode(text)[:max_new]
-        text = self.tokenizer.decode(out_ids)
-        finish = "length" if max_new and len(out_ids) >= max_new else "stop"
-        if self.eos_in_output and finish == "stop" and max_new > 0:
+        out_ids, text, stopped = self._stop(self.tokenizer.encode(text)[:max_new], params)
+        finish = "stop" if stopped or not (max_new and len(out_ids) >= max_new) else "length"
+        if self.eos_in_output and finish == "stop" and not stopped and max_new > 0:
             out_ids = [*out_ids, 2]
         call.output = text
         with self._lock:
@@ -143,6 +143,32 @@ class FakeBackend(Backend):
             completion_tokens=len(out_ids), finish_reason=finish, ttft_s=0.001, latency_s=0.002,
             request_id=rid or f"fake-{call.index}",
         )  # fmt: skip
+
+    def _stop(self, out_ids: list[int], params: dict[str, Any]) -> tuple[list[int], str, bool]:
+        """(ids, text, stopped) after SGLang's stop rules: a stop token ends the output (kept in the
+        ids, not in the text); a stop string cuts the text before it (the ids up to its token)."""
+        stop_ids = set(params.get("stop_token_ids") or ())
+        for k, token in enumerate(out_ids):
+            if token in stop_ids:
+                return out_ids[: k + 1], self.tokenizer.decode(out_ids[:k]), True
+        stops = params.get("stop") or []
+        stops = [stops] if isinstance(stops, str) else list(stops)
+        for k in range(1, len(out_ids) + 1):
+            text = self.tokenizer.decode(out_ids[:k])
+            cuts = [text.find(s) for s in stops if s in text]
+            if cuts:
+                return out_ids[:k], text[: min(cuts)], True
+        return out_ids, self.tokenizer.decode(out_ids), False
+
+
+def _check_params(params: dict[str, Any]) -> None:
+    """The bad values every real backend answers with a 400 naming the field."""
+    max_new = params.get("max_new_tokens", 128)
+    if not isinstance(max_new, int) or max_new < 0:
+        raise BackendError(f"max_new_tokens must be an integer >= 0, got {max_new!r}", status=400)
+    temperature = params.get("temperature", 1.0)
+    if not isinstance(temperature, int | float) or temperature < 0:
+        raise BackendError(f"temperature must be >= 0, got {temperature!r}", status=400)
 
 
 def last_user_message(prompt: str) -> str:

@@ -10,6 +10,9 @@ import pytest
 
 from runtime.errors import GrammarError
 
+#: the tokenizer is read out of the model's GGUF (6-30 s): too slow for the `not slow` run
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def tokenizer():

@@ -121,7 +121,7 @@ def test_router_available_looks_for_the_launcher_module(monkeypatch: pytest.Monk
 
 
 def test_cli_router_flag() -> None:
-    from runtime.cluster import build_parser, config_from_args
+    from runtime.cluster_cli import build_parser, config_from_args
 
     ns = build_parser().parse_args(["--router", "smg", "--policy", "consistent_hashing", "--workers", "3"])
     config = config_from_args(ns)

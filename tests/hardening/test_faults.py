@@ -275,7 +275,7 @@ def test_trace_survives_a_crash_mid_run(tmp_path: Path) -> None:
     records = read_trace(path)  # valid JSONL with every trace field
     assert [r.step for r in records] == list(range(crash_at))
     assert all(r.tool and r.tool["result"] == str(i + 1) for i, r in enumerate(records))
-    shown = subprocess.run([sys.executable, "-m", "runtime.cli", "trace", str(path)], cwd=ROOT,
+    shown = subprocess.run([sys.executable, "-m", "evals.commands", "trace", str(path)], cwd=ROOT,
                            capture_output=True, text=True, timeout=120)  # fmt: skip
     assert shown.returncode == 0, shown.stdout + shown.stderr
     assert f"steps {crash_at}" in shown.stdout
@@ -350,6 +350,7 @@ def served(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
         log.close()
 
 
+@pytest.mark.slow  # a `radixagent serve` subprocess loads the model
 def test_sigterm_drains_in_flight_stream_and_exits_zero(served: tuple[subprocess.Popen[bytes], str]) -> None:
     proc, url = served
     body = {"text": "Count slowly from one to one hundred:", "stream": True,

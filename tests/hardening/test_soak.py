@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from evals.soak import SoakConfig, run
 
 
+@pytest.mark.slow  # a `radixagent serve` subprocess loads the model
 def test_short_soak(tmp_path) -> None:
     results = run(SoakConfig(sessions=8, seconds=20, max_total_tokens=4096), tmp_path)
     assert results["requests"] > 0 and results["answered"] > 0, results

@@ -9,7 +9,8 @@
 #   - the bundled GGUF re-saved as an HF safetensors folder (SGLang cannot load the GGUF path);
 #   - `radixagent launch-sglang` with SGLANG_USE_CPU_ENGINE=1 and a small --max-total-tokens on
 #     127.0.0.1:<free port>; then tests/sglang/test_real_sglang.py (server checks + the agent
-#     behaviour suite through runtime.connect(url)) from the product venv. The server is always stopped.
+#     behaviour suite through runtime.connect(url)) and the backend contract suite
+#     (tests/contract/, its sglang case) from the product venv. The server is always stopped.
 # `bash tests/sglang/run.sh --serve PORT [sglang flags]` does the same setup, then runs the server in
 # the foreground on 127.0.0.1:PORT (SGLANG_MAX_TOTAL_TOKENS sets its pool) instead of the tests.
 set -euo pipefail
@@ -83,3 +84,7 @@ echo "SGLang 0.5.23 (policy session) on 127.0.0.1:$PORT, log $LOG"
 # a per-test timeout well above pyproject's 600 s (override: SGLANG_TEST_TIMEOUT).
 RADIXAGENT_SGLANG_URL="http://127.0.0.1:$PORT" "$ROOT/.venv/bin/python" -m pytest -q -rs \
     --timeout "${SGLANG_TEST_TIMEOUT:-3600}" tests/sglang/test_real_sglang.py "$@"
+# The backend contract (tests/contract/): the same behaviours our backends pass, here only its
+# `sglang` parametrization (the other backends run in `make test`); no model is loaded here.
+RADIXAGENT_SGLANG_URL="http://127.0.0.1:$PORT" "$ROOT/.venv/bin/python" -m pytest -q -rs -m "not slow" \
+    --timeout "${SGLANG_TEST_TIMEOUT:-3600}" tests/contract/test_backend_contract.py -k sglang

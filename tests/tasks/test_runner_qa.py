@@ -16,7 +16,7 @@ from tasks.citations import check_answer, strip_refs
 from tasks.documents import Document, load_document
 from tasks.errors import TaskInputError
 from tasks.qa import run_qa
-from tasks.qa_report import main, summarize
+from tasks.qa_cli import main, summarize
 from tasks.questions import Question
 
 DOC_TEXT = (
@@ -121,7 +121,7 @@ def test_no_cache_sends_prefix_cache_false_on_every_request(
     tmp_path: Path, capsys: Any, monkeypatch: Any
 ) -> None:
     backend = ScriptedBackend(_answers)
-    monkeypatch.setattr("tasks.runner.open_backend", lambda spec: backend)
+    monkeypatch.setattr("tasks.backend_setup.open_backend", lambda spec: backend)
     doc = tmp_path / "doc.txt"
     doc.write_text(DOC_TEXT, encoding="utf-8")
     questions = tmp_path / "q.jsonl"
@@ -215,7 +215,7 @@ def test_demo_prints_steps_and_summary(tmp_path: Path, engine: Any, monkeypatch:
     from runtime.backends.embedded import EmbeddedBackend
     from tasks import demo
 
-    monkeypatch.setattr("tasks.runner.open_backend", lambda spec: EmbeddedBackend(engine))
+    monkeypatch.setattr("tasks.backend_setup.open_backend", lambda spec: EmbeddedBackend(engine))
     monkeypatch.setattr(demo, "DEMO_DOC", "needle/doc_1024_0.txt")
     monkeypatch.setattr(demo, "DEMO_QUESTIONS", "needle/questions_1024_0.jsonl")
     assert demo.main(["--questions", "1", "--out", str(tmp_path)]) == 0

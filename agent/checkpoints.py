@@ -1,4 +1,5 @@
-"""What a run hands back: its steps (rich, in memory) and its trace (the JSONL records)."""
+"""Checkpoints of a run (points to roll back to) and what a run hands back: its steps (rich, in
+memory) and its trace (the JSONL records)."""
 
 from __future__ import annotations
 

@@ -10,8 +10,8 @@ from rich.console import Console
 from rich.table import Table
 
 from tasks.errors import TaskInputError
+from tasks.output import fmt_s, hit_rate, percentile
 from tasks.qa import QAReport, QAResult
-from tasks.runner import fmt_s, hit_rate, percentile
 
 
 class QASummary(NamedTuple):
@@ -112,10 +112,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def main(argv: list[str]) -> int:
+    from tasks.backend_setup import open_backend, with_cache
     from tasks.documents import load_document
     from tasks.qa import run_qa
     from tasks.questions import load_questions
-    from tasks.runner import open_backend, with_cache
 
     args = parse_args(argv)
     console = Console()
