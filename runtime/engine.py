@@ -357,7 +357,7 @@ class Engine:
             input_ids=ids,
             params=sp,
             namespace=namespace_key(salt),
-            use_cache=bool(prefix_cache),
+            use_cache=bool(prefix_cache) and not self.config.disable_radix_cache,  # reported (issue 19)
             session_id=session_key(salt, session_id),
             priority=int(priority or 0),
             sampler=Sampler(sp, self.eos_ids),

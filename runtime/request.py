@@ -30,6 +30,7 @@ class Request:
     arrival: float = field(default_factory=time.perf_counter)
     # scheduling state
     cached_len: int = 0  # prompt tokens served from the cache (reported)
+    evicted_len: int = 0  # prompt tokens after cached_len the tree held and evicted (issue 19)
     tree_len: int = 0  # leading positions whose slots the tree owns (locked through last_node)
     last_node: TreeNode | None = None  # locked while the request runs
     slots: list[int] = field(default_factory=list)  # KV slot per position (cached + reserved)
@@ -70,6 +71,9 @@ class Request:
             "finish_reason": self.finish_reason,
             "e2e_latency": now - self.arrival,
             "ttft": (self.first_token_time or now) - self.arrival,
+            # misses (issue 19): why the rest was not cached (docs/compat.md)
+            "evicted_prefix_tokens": self.evicted_len,
+            "prefix_cache": self.use_cache,
         }
 
     def result(self, now: float) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from runtime.cache.evictions import EvictionRecord
 from runtime.cache.kv_pool import SlotAllocator
 
 _ids = itertools.count()
@@ -92,6 +93,8 @@ class RadixCache:
         self.evictable_size = 0  # tokens in unlocked nodes
         self.protected_size = 0  # tokens in locked nodes
         self._leaves_set: set[TreeNode] = set()  # non-root leaves, kept so eviction never walks the tree
+        # misses (issue 19): what was evicted, to report per request what it would have matched
+        self.evictions: EvictionRecord | None = EvictionRecord(4 * allocator.size)
 
     # ---- lookup -------------------------------------------------------------------------
     def root(self, namespace: str) -> TreeNode:
@@ -256,6 +259,8 @@ class RadixCache:
 
     def _remove_leaf(self, node: TreeNode) -> int:
         assert node.parent is not None and node.is_leaf and node.lock_ref == 0
+        if self.evictions is not None:  # misses (issue 19)
+            self.evictions.on_remove(node)
         self.allocator.free(node.value)
         parent = node.parent
         del parent.children[node.key[0]]
