@@ -374,7 +374,9 @@ class Scheduler:
             req.cached_len = req.tree_len = match.length
             req.last_node = match.node
             if self.cache.evictions is not None:  # misses (issue 19): tokens lost to eviction
-                req.evicted_len = self.cache.evictions.reach(match.node, req.input_ids[: self._match_limit(req)], match.length)
+                req.evicted_len = self.cache.evictions.reach(
+                    match.node, req.input_ids[: self._match_limit(req)], match.length
+                )
             self.cache.lock(match.node)
             req.slots = list(match.slots)
         capacity = len(req.input_ids) + req.params.max_new_tokens
