@@ -30,7 +30,12 @@ class ServerState:
         model_path = str(info.get("model_path") or "default")
         name = args.served_model_name or info.get("served_model_name") or model_path
         metrics = ServerMetrics(engine, str(name)) if args.enable_metrics else None
-        return cls(engine, args, EngineBridge(engine, args.max_threads), metrics, str(name), model_path)
+        bridge = EngineBridge(engine, args.max_threads)
+        if args.trace_dir is not None:  # issue 19: traces of named sessions
+            from runtime.server.trace_dir import tracing_bridge
+
+            bridge = tracing_bridge(engine, args)
+        return cls(engine, args, bridge, metrics, str(name), model_path)
 
     def engine_kwargs(
         self,
