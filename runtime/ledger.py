@@ -81,6 +81,9 @@ class Matches:
     any: int  # any earlier prompt+output of the session
     salt: int  # ... sent under this request's salt
     worker: int  # ... under this salt, served by this request's worker
+    #: the worker match ends where an earlier output ended: an engine never computes the KV of
+    #: an output's last token (it is sampled, not fed), so that one position is never cached
+    at_output_end: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,8 +106,9 @@ def attribute(served: Served, m: Matches, expected: int | None) -> dict[str, int
     below the worker's match the engine lost what it held (cache off, pages, eviction), then
     what another worker holds (routing), then what another salt holds (namespace); past every
     match the prompt itself is new, except what extending the branch's `expected` tokens (set
-    when this prompt broke its branch) would have served (prompt_change), and the last token
-    when the whole prompt was seen before (no engine matches it).
+    when this prompt broke its branch) would have served (prompt_change). `last_token`: the
+    last prompt token when the whole prompt was seen before (no engine matches it), and the
+    last token of an earlier output where the match ends there (its KV is never computed).
     """
     p, c = served.prompt_tokens, served.cached_tokens
     cap = max(p - 1, c, 0)
@@ -112,24 +116,28 @@ def attribute(served: Served, m: Matches, expected: int | None) -> dict[str, int
     salt = max(worker, min(m.salt, cap))
     seen = max(salt, min(m.any, cap))
     miss: dict[str, int] = {}
-    _engine_side(miss, served, worker)
+    _engine_side(miss, served, m, worker)
     miss["routing"] = salt - worker
     miss["namespace"] = seen - salt
     rest = p - seen
-    miss["last_token"] = 1 if m.any >= p and rest == 1 else 0
+    whole = 1 if m.any >= p and rest == 1 else 0
+    miss["last_token"] = miss.get("last_token", 0) + whole
     change = 0 if expected is None else max(0, min(expected, cap) - seen)
-    miss["prompt_change"] = min(change, rest - miss["last_token"])
-    miss["new"] = rest - miss["last_token"] - miss["prompt_change"]
+    miss["prompt_change"] = min(change, rest - whole)
+    miss["new"] = rest - whole - miss["prompt_change"]
     return {k: miss[k] for k in MISS_CAUSES if miss.get(k)}
 
 
-def _engine_side(miss: dict[str, int], served: Served, worker: int) -> None:
+def _engine_side(miss: dict[str, int], served: Served, m: Matches, worker: int) -> None:
     gap = worker - served.cached_tokens
     if gap <= 0:
         return
     if served.cache_off:
         miss["cache_off"] = gap
         return
+    if m.at_output_end and m.worker == worker:  # the previous output's last token
+        miss["last_token"] = 1
+        gap -= 1
     page = max(served.page_size, 1)
     miss["granularity"] = min(gap, worker % page) if page > 1 else 0
     gap -= miss["granularity"]
@@ -152,6 +160,8 @@ class SessionLedger:
     def __init__(self, render_units: Callable[[list[Any]], str] | None = None) -> None:
         self._lock = threading.Lock()
         self._tries: dict[Key, _Trie] = {}  # one per (salt, worker): a cache holds one of them
+        # (length, hash) of each prompt+output whose output is not empty, per key (at_output_end)
+        self._ends: dict[Key, set[tuple[int, int]]] = {}
         self._expected: dict[int, Sequence[Any]] = {}  # branch -> what its next prompt must extend
         # Optional `units -> str` (e.g. backend.decode) to show token snippets as text.
         self._render = render_units
@@ -167,11 +177,15 @@ class SessionLedger:
         """Uncapped longest prefixes of `prompt` over everything / this salt / this salt and worker."""
         with self._lock:
             by_key = {key: trie.match(prompt) for key, trie in self._tries.items()}
+            ends = self._ends.get((salt, worker), set())
         same_salt = [n for (s, _), n in by_key.items() if s == salt]
+        on_worker = by_key.get((salt, worker), 0)
+        at_end = bool(ends) and (on_worker, hash(tuple(prompt[:on_worker]))) in ends
         return Matches(
             any=max(by_key.values(), default=0),
             salt=max(same_salt, default=0),
-            worker=by_key.get((salt, worker), 0),
+            worker=on_worker,
+            at_output_end=at_end and not isinstance(prompt, str),
         )
 
     def ideal(self, prompt: Sequence[Any]) -> int:
@@ -215,6 +229,8 @@ class SessionLedger:
         full = prompt + output if type(prompt) is type(output) else list(prompt) + list(output)
         with self._lock:
             self._tries.setdefault((salt, worker), _Trie()).insert(full)
+            if len(output) and not isinstance(full, str):
+                self._ends.setdefault((salt, worker), set()).add((len(full), hash(tuple(full))))
             self._expected[branch] = full
 
     def add_anchor(self, text: str, tokens: int) -> None:

@@ -46,16 +46,23 @@ def test_eviction_confirmed_or_inferred_and_unexplained() -> None:
     p1 = list(range(100))
     step(acc, p1, [900], Served(100, 0, 0))
     p2 = p1 + [900, 1, 2]
-    assert step(acc, p2, [1], Served(len(p2), 60, evicted_tokens=41)) == {"eviction": 41, "new": 2}
+    # the tree never holds an output's last token (sampled, not fed): 1 of the 41 is by rule
+    assert step(acc, p2, [1], Served(len(p2), 60, evicted_tokens=40)) == {
+        "eviction": 40,
+        "last_token": 1,
+        "new": 2,
+    }
     p3 = p2 + [1, 3]
     assert step(acc, p3, [1], Served(len(p3), 60, evicted_tokens=None)) == {
-        "eviction_inferred": 44,
+        "eviction_inferred": 43,
+        "last_token": 1,
         "new": 1,
     }
     p4 = p3 + [1, 4]
     assert step(acc, p4, [1], Served(len(p4), 60, evicted_tokens=10)) == {
         "eviction": 10,
-        "unexplained": 36,
+        "unexplained": 35,
+        "last_token": 1,
         "new": 1,
     }
 
@@ -114,3 +121,14 @@ def test_random_sequences_always_sum(seed: int) -> None:
         prompt = prompt + out + [rng.randrange(5) for _ in range(rng.randrange(1, 6))]
         if rng.random() < 0.3:
             prompt[rng.randrange(len(prompt))] = 9
+
+
+def test_previous_outputs_last_token_is_never_cached() -> None:
+    """The engine feeds every output token but the last: the next turn misses it by rule."""
+    acc = StepAccounting(SessionLedger())
+    p1, out = list(range(30)), [100, 101, 102]
+    step(acc, p1, out, Served(30, 0, 0))
+    p2 = p1 + out + [7, 8]
+    assert step(acc, p2, [1], Served(35, 32, 0)) == {"last_token": 1, "new": 2}
+    p3 = p2 + [1, 9]
+    assert step(acc, p3, [1], Served(37, 20, evicted_tokens=15)) == {"last_token": 1, "eviction": 15, "new": 1}
