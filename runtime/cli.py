@@ -19,6 +19,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "cluster": ("runtime.cluster", "N local workers behind sglang-router"),
     "eval-cluster": ("evals.cluster", "routing policies compared on a local cluster"),
     "trace": ("agent.trace_cli", "per-step table of a trace.jsonl"),
+    "eval-misses": ("evals.misses.cli", "injected cache-miss causes vs the trace's miss attribution"),
     "gen-needle": ("tasks.needle", "generate needle-in-a-haystack QA sets"),
     "launch-sglang": ("runtime.sglang_plugin", "start a real SGLang server with the session-aware policy"),
 }

@@ -19,25 +19,29 @@ def random_ids(rng: random.Random, n: int) -> list[int]:
     return [rng.randrange(VOCAB_LOW, VOCAB_HIGH) for _ in range(n)]
 
 
-def expected_miss(kind: str, full: int, prompt: int, cached: int, offset: int | None = None) -> dict[str, int]:
+def expected_miss(
+    kind: str, full: int, prompt: int, cached: int, offset: int | None = None, output: bool = True
+) -> dict[str, int]:
     """The exact `miss` of a step injected with `kind` after a session whose previous prompt+output
     has `full` tokens (the step's prompt: `prompt` tokens, extending it unless `kind` edits it).
 
     The tree holds an earlier prompt+output but its output's last token (sampled, never fed):
-    that one position is `last_token` wherever this worker and salt hold the rest.
+    that one position is `last_token` wherever this worker and salt hold the rest (`output`:
+    the previous step generated tokens; without, the tree holds all of it).
     """
     added = prompt - full
+    last = 1 if output else 0
     if kind == "prompt_change":
         assert offset is not None
         return _nonzero(prompt_change=full - offset, new=added)
     if kind == "eviction":
-        return _nonzero(eviction=full - 1 - cached, last_token=1, new=added)
+        return _nonzero(eviction=full - last - cached, last_token=last, new=added)
     if kind == "cache_off":
         return _nonzero(cache_off=full, new=added)
     if kind in ("namespace", "routing"):
         return _nonzero(**{kind: full}, new=added)
     if kind == "control":
-        return _nonzero(last_token=1, new=added)
+        return _nonzero(last_token=last, new=added)
     raise ValueError(f"unknown kind {kind!r}")
 
 

@@ -17,7 +17,6 @@ from runtime.backends.embedded import completion_from_output
 from runtime.ledger import Account, SessionLedger, StepAccounting, StepEvent
 
 
-
 @dataclass(frozen=True, slots=True)
 class Base:
     """The first two steps of a session: (prompt, output) each, all on worker `w0`, no salt."""
@@ -37,7 +36,9 @@ def generate(engine: Any, prompts: list[list[int]], **kw: Any) -> list[Any]:
     return [completion_from_output(out, 0.0) for out in outs]
 
 
-def account(base: Base, ids: list[int], completion: Any, salt: str | None = None, worker: str = "w0") -> Account:
+def account(
+    base: Base, ids: list[int], completion: Any, salt: str | None = None, worker: str = "w0"
+) -> Account:
     """The injected step through a ledger that holds the base steps (as an SDK client's would)."""
     ledger = SessionLedger()
     for prompt, out in base.steps[:-1]:
@@ -63,7 +64,11 @@ def run_bases(engine: Any, rng: random.Random, n: int, tally: Tally | None) -> l
         bases.append(base)
         if tally is not None:
             got = account(base, b, cb).miss
-            tally.add("control", expected_miss("control", len(a) + len(ca.output_ids), len(b), cb.cached_tokens), got)
+            tally.add(
+                "control",
+                expected_miss("control", len(a) + len(ca.output_ids), len(b), cb.cached_tokens),
+                got,
+            )
     return bases
 
 
@@ -86,12 +91,16 @@ def inject_change(main: Any, bases: list[Base], rng: random.Random, tally: Tally
         tally.add("prompt_change", expected, acc.miss, f"break {brk.get('offset')}")
 
 
-def inject_simple(engine: Any, bases: list[Base], kind: str, rng: random.Random, tally: Tally, tag: str) -> None:
+def inject_simple(
+    engine: Any, bases: list[Base], kind: str, rng: random.Random, tally: Tally, tag: str
+) -> None:
     prompts = [b.full + random_ids(rng, TURN_TOKENS) for b in bases]
     salts = [f"tenant-{tag}-{i}" for i in range(len(bases))] if kind == "namespace" else None
     done = generate(engine, prompts, cache_salt=salts, prefix_cache=kind != "cache_off")
     for i, (base, ids, c) in enumerate(zip(bases, prompts, done, strict=True)):
-        acc = account(base, ids, c, salt=salts[i] if salts else None, worker="w1" if kind == "routing" else "w0")
+        acc = account(
+            base, ids, c, salt=salts[i] if salts else None, worker="w1" if kind == "routing" else "w0"
+        )
         tally.add(kind, expected_miss(kind, len(base.full), len(ids), c.cached_tokens), acc.miss)
 
 
@@ -109,7 +118,9 @@ def inject_eviction(small: Any, n: int, rng: random.Random, tally: Tally) -> Non
                   f"cached {c.cached_tokens} of {held}")  # fmt: skip
 
 
-def run(engines: dict[str, Any], trials: int, seed: int, progress: Callable[[int], None] | None = None) -> Tally:
+def run(
+    engines: dict[str, Any], trials: int, seed: int, progress: Callable[[int], None] | None = None
+) -> Tally:
     """`engines`: main, other, small. Every session gets each kind injected once (plus one
     control), in batches of `CHUNK` sessions (the main engine is flushed between batches, so
     memory stays ample there)."""
