@@ -39,7 +39,7 @@ def overhead(engine: Any, rounds: int = 30, tokens: int = 1024) -> dict[str, flo
         cache.evict(cache.evictable_size)
     head = random_ids(rng, tokens)
     engine.generate(input_ids=head + [5], sampling_params={"max_new_tokens": 1})
-    on, off, ledger_s = [], [], []
+    on, off, ledger_s, cached = [], [], [], []
     for i in range(rounds):
         ids = head + random_ids(rng, 2)
         cache.evictions = record if i % 2 == 0 else None
@@ -47,6 +47,7 @@ def overhead(engine: Any, rounds: int = 30, tokens: int = 1024) -> dict[str, flo
         out = engine.generate(input_ids=ids, sampling_params={"max_new_tokens": 1})
         (on if i % 2 == 0 else off).append(time.perf_counter() - start)
         c = completion_from_output(out, 0.0)
+        cached.append(c.cached_tokens)
         acc = StepAccounting(SessionLedger())
         acc.breaks.record(0, head + [5], [], None, None)
         start = time.perf_counter()
@@ -56,6 +57,7 @@ def overhead(engine: Any, rounds: int = 30, tokens: int = 1024) -> dict[str, flo
     ttft_on, ttft_off = statistics.median(on), statistics.median(off)
     return {
         "prompt_tokens": tokens + 2,
+        "cached_tokens_min": min(cached),
         "cached_ttft_on_s": ttft_on,
         "cached_ttft_off_s": ttft_off,
         "record_ratio": ttft_on / ttft_off,
@@ -104,7 +106,7 @@ def main(argv: list[str]) -> int:
         console.print(f"[red]{failure}[/red]")
     if cost is not None:
         console.print(
-            f"bookkeeping on cached TTFT ({cost['prompt_tokens']} tokens): eviction record on/off "
+            f"bookkeeping on cached TTFT ({cost['prompt_tokens']} tokens, >= {cost['cached_tokens_min']} cached): eviction record on/off "
             f"{cost['record_ratio']:.4f} ({cost['cached_ttft_on_s'] * 1e3:.1f} vs "
             f"{cost['cached_ttft_off_s'] * 1e3:.1f} ms); ledger {cost['ledger_s'] * 1e3:.2f} ms per step "
             f"(x{cost['ledger_ratio']:.4f})"

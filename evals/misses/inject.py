@@ -107,7 +107,7 @@ def inject_simple(
 def inject_eviction(small: Any, n: int, rng: random.Random, tally: Tally) -> None:
     """n sessions fill the small pool; fillers of another tenant push some or all of each out."""
     bases = run_bases(small, rng, n, None)
-    fillers = [random_ids(rng, rng.randrange(100, 300)) for _ in range(rng.randrange(1, 3))]
+    fillers = [random_ids(rng, rng.randrange(200, 300)) for _ in range(2)]
     small.generate(input_ids=fillers, sampling_params={"max_new_tokens": 1}, cache_salt="filler")
     prompts = [b.full + random_ids(rng, TURN_TOKENS) for b in bases]
     for base, ids, c in zip(bases, prompts, generate(small, prompts), strict=True):

@@ -73,7 +73,7 @@ def _request(client: Any, ids: list[int], session: str, naming: str, **extra: An
 
 def _session(client: Any, small: Any, kind: str, index: int, seed: int) -> dict[str, Any]:
     """Three steps: a head, a byte-stable extension (control), then the injected step."""
-    rng = random.Random(seed * 1000 + index)
+    rng = random.Random(f"{seed}-{kind}-{index}")  # distinct prompts per session
     name, naming = f"{kind}-{index}", NAMINGS[index % len(NAMINGS)]
     target = small if kind == "eviction" else client
     p0 = random_ids(rng, rng.randrange(8, 25))
@@ -90,7 +90,7 @@ def _session(client: Any, small: Any, kind: str, index: int, seed: int) -> dict[
         p2 = p1 + random_ids(rng, TURN_TOKENS)
     if kind == "eviction":  # another tenant's fillers push the session out of the small pool
         for _ in range(2):
-            target.completions.create(model="default", prompt=random_ids(rng, 200), max_tokens=0,
+            target.completions.create(model="default", prompt=random_ids(rng, 300), max_tokens=0,
                                       extra_body={"cache_salt": f"filler-{index}"})  # fmt: skip
     _request(target, p2, name, naming, prefix_cache=kind != "cache_off")
     return {"name": name, "kind": kind, "p0": len(p0), "p1": len(p1), "p2": len(p2), "offset": offset}
