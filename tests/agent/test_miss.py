@@ -131,4 +131,33 @@ def test_previous_outputs_last_token_is_never_cached() -> None:
     p2 = p1 + out + [7, 8]
     assert step(acc, p2, [1], Served(35, 32, 0)) == {"last_token": 1, "new": 2}
     p3 = p2 + [1, 9]
-    assert step(acc, p3, [1], Served(37, 20, evicted_tokens=15)) == {"last_token": 1, "eviction": 15, "new": 1}
+    assert step(acc, p3, [1], Served(37, 20, evicted_tokens=15)) == {
+        "last_token": 1,
+        "eviction": 15,
+        "new": 1,
+    }
+
+
+def _record(step: int, miss: dict[str, int], brk: dict | None = None):
+    from runtime.trace_record import StepRecord
+
+    total = sum(miss.values())
+    return StepRecord("r", "s", 0, step, "act", total + 10, 10, 10, 1, 0.0, 0.0, "stop", brk, None, miss)
+
+
+def test_cause_sentence_and_table() -> None:
+    from agent.trace_cli import build_table, cause_sentence, miss_cell
+
+    records = [
+        _record(0, {"new": 92}),
+        _record(4, {"prompt_change": 2}, {"offset": 3, "piece": "system message line 3"}),
+        _record(7, {"eviction": 2}),
+        _record(8, {"eviction": 2}),
+        _record(9, {"eviction": 2}),
+    ]
+    assert cause_sentence(records) == (
+        "92% of uncached tokens were new, 6% evicted at steps 7-9, "
+        "2% a prompt change at step 4: system message line 3 changed"
+    )
+    assert miss_cell(records[2]) == "evict 2"
+    assert build_table(records).row_count == 5
