@@ -44,6 +44,8 @@ class ServerArgs:
     trace_dir: str | None = None
     #: a trace file is rotated past this size
     trace_max_bytes: int = 16 * 2**20
+    #: reported as meta_info.worker_id (`radixagent cluster` names each worker: routing misses)
+    worker_id: str | None = None
 
     def __post_init__(self) -> None:
         if not 0 <= self.port < 65536:
@@ -232,4 +234,5 @@ def server_args(ns: argparse.Namespace) -> ServerArgs:
         h11_max_incomplete_event_size=ns.h11_max_incomplete_event_size,
         trace_dir=ns.trace_dir,
         trace_max_bytes=ns.trace_max_bytes,
+        worker_id=ns.worker_id,
     )

@@ -93,6 +93,9 @@ class ServerState:
     def observe(
         self, endpoint: str, outputs: dict[str, Any] | list[dict[str, Any]], stream: bool = False
     ) -> None:
+        if self.args.worker_id is not None:  # issue 19: which worker served it (routing misses)
+            for out in outputs if isinstance(outputs, list) else [outputs]:
+                out.setdefault("meta_info", {})["worker_id"] = self.args.worker_id
         if self.metrics is None:
             return
         for out in outputs if isinstance(outputs, list) else [outputs]:
