@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from agent.accounting import break_units
 from agent.checkpoints import ForkResult, RunResult
 from agent.choice import check_tool_choice
 from agent.config import AgentConfig
@@ -203,7 +204,7 @@ class Agent:
             base_temp if base_temp > 0 else self.config.fork_temperature
         )
         sampling["seed"] = branch
-        ctx.breaks.expect(branch, base._break_units(shared))
+        ctx.breaks.expect(branch, break_units(shared))
         run = Run(
             ctx, base.layout.clone(), None, branch=branch, sampling=sampling, tool_choice=base.tool_choice
         )

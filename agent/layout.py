@@ -166,6 +166,42 @@ class PromptLayout:
             ids.extend(piece.ids or ())
         return Prompt(text, ids)
 
+    def locate(self, offset: int, decode: Callable[[list[int]], str] | None = None) -> str:
+        """Which piece of the current prompt holds unit `offset` (a token in token mode, else a
+        character): "system message line 3", "message 4 (user)", "generation prompt"."""
+        pieces = [self.head(), *self._log, self._gen]
+        start = 0
+        for index, piece in enumerate(pieces):
+            size = len(piece.ids) if piece.ids is not None else len(piece.text)
+            if offset < start + size or index == len(pieces) - 1:
+                return self._describe(index, piece, offset - start, decode)
+            start += size
+        return "end of the prompt"
+
+    def _describe(
+        self, index: int, piece: Piece, within: int, decode: Callable[[list[int]], str] | None
+    ) -> str:
+        if index == len(self._log) + 1:
+            return "generation prompt"
+        role = (
+            piece.text[len(prompts.IM_START) :].split("\n", 1)[0]
+            if piece.text.startswith(prompts.IM_START)
+            else ""
+        )
+        if index == 0:
+            head = piece.text[:within] if piece.ids is None else self._prefix_text(piece, within, decode)
+            return f"system message line {head.count(chr(10))}" if head is not None else "system message"
+        return f"message {index} ({role or 'assistant output'})"
+
+    @staticmethod
+    def _prefix_text(piece: Piece, within: int, decode: Callable[[list[int]], str] | None) -> str | None:
+        if decode is None or piece.ids is None:
+            return None
+        try:
+            return decode(list(piece.ids[:within]))
+        except Exception:  # a label is cosmetic: never let it break a run
+            return None
+
     def clone(self) -> PromptLayout:
         """An independent copy sharing the (immutable) head and pieces: fork branches start here."""
         other = object.__new__(PromptLayout)

@@ -9,11 +9,12 @@ Custom policies drive `step()` themselves and use `checkpoint()` / `rollback()`.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from agent import prompts
+from agent.accounting import TraceObserver, break_units
 from agent.actions import Action, action_schema, parse_action, thought_schema
 from agent.checkpoints import Checkpoint, RunResult, Step
 from agent.choice import allowed_actions
@@ -22,9 +23,10 @@ from agent.constraints import context_numbers
 from agent.errors import ParseError
 from agent.layout import Piece, Prompt, PromptLayout
 from agent.tools import Tool, ToolResult
-from agent.trace import SessionLedger, StepRecord, TraceWriter, warn_prefix_break
+from agent.trace import SessionLedger, StepRecord, TraceWriter
 from runtime.backends.base import Backend, Completion
 from runtime.errors import RadixAgentError
+from runtime.ledger import StepAccounting
 
 log = logging.getLogger(__name__)
 
@@ -88,17 +90,24 @@ class Run:
         self.answer_schema: dict[str, Any] | None = None
         self.sampling = dict(sampling if sampling is not None else ctx.config.sampling)
         self.steps: list[Step] = []
-        self.trace: list[StepRecord] = []
+        #: the trace: an observer of this run's step events (agent/accounting.py)
+        self.observer = TraceObserver(
+            StepAccounting(ctx.breaks, ctx.ideal), ctx.tokenize, ctx.writer,
+            (ctx.run_id, ctx.session_id, branch), ctx.cache_salt,
+        )  # fmt: skip
         self.status = "running"
         self.answer: str | None = None
         self.verified: bool | None = None
         self._errors = 0
         self._backtracks = 0
         self._next: str | None = None  # "reflect" | "backtrack": the kind of the next call
-        self._last_full: Sequence[Any] = ()  # latest prompt+output sent on this branch
         if task is not None:
             layout.add_message("user", prompts.TASK.format(task=task))
         self.checkpoints: list[Checkpoint] = [self.checkpoint()]
+
+    @property
+    def trace(self) -> list[StepRecord]:
+        return self.observer.trace
 
     @property
     def done(self) -> bool:
@@ -109,14 +118,14 @@ class Run:
     def checkpoint(self) -> Checkpoint:
         """The current end of the log; later prompts may roll back to extend exactly this."""
         head = self.layout.render(generation_prompt=False)
-        return Checkpoint(self.layout.mark(), len(self.steps), self._break_units(head))
+        return Checkpoint(self.layout.mark(), len(self.steps), break_units(head))
 
     def rollback(self, checkpoint: Checkpoint, note: str | None = None) -> None:
         """Drop the log after `checkpoint` (a declared rollback), optionally append `note`.
 
         The abandoned branch is reported to the backend so its cache can evict it first.
         """
-        abandoned = list(self._last_full)
+        abandoned = list(self.observer.last_full)
         self.layout.truncate(checkpoint.mark)
         for step in self.steps[checkpoint.step :]:
             step.abandoned = True
@@ -143,28 +152,31 @@ class Run:
     # -- the loop ------------------------------------------------------------------------------
 
     def step(self) -> Step:
-        """One model call and its consequence. Raises RuntimeError when the run is over."""
+        """One model call and its consequence: render -> generate -> append -> act.
+        Raises RuntimeError when the run is over."""
         if self.done:
             raise RuntimeError(f"run is over ({self.status})")
-        kind, self._next = self._next or "act", None
-        if kind == "reflect":
-            self.layout.add_message("user", prompts.REFLECT)
+        step = self._begin()
         prompt = self.layout.render()
-        schema = thought_schema() if kind == "reflect" else self._schema()
-        step = Step(index=len(self.steps), branch=self.branch, kind=kind)
-        self.steps.append(step)
-        completion = self._call(prompt, schema, step)
+        completion = self._call(prompt, step)
         if completion is None:
             self.status = "error"
             return step
         step.output = completion.text
         out = self.layout.add_assistant(completion.text, completion.output_ids)
-        # Ledger first: acting may roll back, which declares what the next prompt must extend.
-        brk, ideal = self._ledger(prompt, completion, out)
-        if kind != "reflect":
+        self.observer.generated(self.layout, prompt, completion, out)
+        if step.kind != "reflect":
             self._act(step)
-        self._record(step, completion, brk, ideal)
+        self.observer.acted(step, self._record_kind(step))
         self._after(step)
+        return step
+
+    def _begin(self) -> Step:
+        kind, self._next = self._next or "act", None
+        if kind == "reflect":
+            self.layout.add_message("user", prompts.REFLECT)
+        step = Step(index=len(self.steps), branch=self.branch, kind=kind)
+        self.steps.append(step)
         return step
 
     def _schema(self) -> str:
@@ -188,13 +200,14 @@ class Run:
         log = self.layout.render(generation_prompt=False).text[len(head) :]
         return context_numbers(self.layout.system_text() + "\n" + log)
 
-    def _call(self, prompt: Prompt, schema: str, step: Step) -> Completion | None:
+    def _call(self, prompt: Prompt, step: Step) -> Completion | None:
+        schema = thought_schema() if step.kind == "reflect" else self._schema()
         params = {**self.sampling, "json_schema": schema}
         try:
             return self.generate(prompt, params, rid=f"{self.ctx.run_id}-b{self.branch}-s{step.index}")
         except RadixAgentError as exc:  # model errors are data in the step, and in the trace
             step.error = f"{type(exc).__name__}: {exc}"
-            self._record_failure(step, prompt)
+            self.observer.failed(step, prompt)
             return None
 
     def generate(self, prompt: Prompt, params: dict[str, Any], rid: str) -> Completion:
@@ -294,48 +307,6 @@ class Run:
 
     # -- trace ---------------------------------------------------------------------------------
 
-    def _break_units(self, prompt: Prompt) -> Sequence[Any]:
-        return prompt.ids if prompt.ids is not None else prompt.text
-
-    def _ideal_units(self, prompt: Prompt) -> Sequence[Any]:
-        if prompt.ids is not None:
-            return prompt.ids
-        return self.ctx.tokenize(prompt.text) if self.ctx.tokenize else prompt.text
-
-    def _ledger(
-        self, prompt: Prompt, completion: Completion, out: Piece
-    ) -> tuple[dict[str, Any] | None, int]:
-        """Check the prompt against its branch, compute the ideal hit, remember prompt+output."""
-        ctx = self.ctx
-        units = self._break_units(prompt)
-        brk = ctx.breaks.check(self.branch, units)
-        out_units: Sequence[Any] = out.ids if out.ids is not None else out.text
-        ideal_units = self._ideal_units(prompt)
-        ideal = ctx.ideal.ideal(ideal_units)
-        if isinstance(ideal_units, str):  # characters (no tokenizer): convert to the server's tokens
-            ideal = ctx.ideal.chars_to_tokens(ideal_units, ideal, completion.prompt_tokens)
-            ctx.ideal.add_anchor(ideal_units, completion.prompt_tokens)
-            total = completion.prompt_tokens + completion.completion_tokens
-            ctx.ideal.add_anchor(ideal_units + out.text + prompts.ASSISTANT_CLOSE, total)
-        ctx.breaks.record(self.branch, units, out_units)
-        if ctx.ideal is not ctx.breaks:
-            ideal_out = completion.output_ids or (ctx.tokenize(completion.text) if ctx.tokenize else out.text)
-            ctx.ideal.record(self.branch, ideal_units, ideal_out)
-        self._last_full = list(units) + list(out_units)
-        return brk, max(ideal, 0)
-
-    def _record(self, step: Step, completion: Completion, brk: dict[str, Any] | None, ideal: int) -> None:
-        ctx = self.ctx
-        kind = self._record_kind(step)
-        record = StepRecord(
-            run_id=ctx.run_id, session_id=ctx.session_id, branch=self.branch, step=step.index, kind=kind,
-            prompt_tokens=completion.prompt_tokens, cached_tokens=completion.cached_tokens,
-            ideal_cached_tokens=ideal, completion_tokens=completion.completion_tokens,
-            ttft_s=completion.ttft_s, latency_s=completion.latency_s, finish_reason=completion.finish_reason,
-            prefix_break=brk, tool=step.tool,
-        )  # fmt: skip
-        self._emit(step, record)
-
     def _record_kind(self, step: Step) -> str:
         if step.kind in ("reflect", "backtrack", "fork"):
             return step.kind
@@ -346,27 +317,8 @@ class Run:
         step = Step(index=len(self.steps), branch=self.branch, kind="fork", output=completion.text)
         self.steps.append(step)
         ids = tuple(completion.output_ids) if self.layout.token_mode else None
-        brk, ideal = self._ledger(prompt, completion, Piece(completion.text, ids))
-        self._record(step, completion, brk, ideal)
-        return step.record  # type: ignore[return-value]
-
-    def _record_failure(self, step: Step, prompt: Prompt) -> None:
-        ctx = self.ctx
-        record = StepRecord(
-            run_id=ctx.run_id, session_id=ctx.session_id, branch=self.branch, step=step.index, kind=step.kind,
-            prompt_tokens=len(prompt.ids) if prompt.ids is not None else 0, cached_tokens=0,
-            ideal_cached_tokens=0, completion_tokens=0, ttft_s=0.0, latency_s=0.0, finish_reason="error",
-            prefix_break=None, tool=None,
-        )  # fmt: skip
-        self._emit(step, record)
-
-    def _emit(self, step: Step, record: StepRecord) -> None:
-        step.record = record
-        self.trace.append(record)
-        if self.ctx.writer is not None:
-            self.ctx.writer.write(record)
-        if record.prefix_break is not None:
-            warn_prefix_break(record)
+        self.observer.generated(self.layout, prompt, completion, Piece(completion.text, ids))
+        return self.observer.acted(step, self._record_kind(step))
 
     def result(self) -> RunResult:
         return RunResult(

@@ -4,12 +4,29 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from dataclasses import dataclass
 
 from rich.console import Console
 from rich.table import Table
 
-from agent.trace import StepRecord, read_trace
+from agent.trace import MISS_CAUSES, StepRecord, read_trace
+
+#: how the summary sentence names each cause
+CAUSE_PHRASES = {
+    "new": "new",
+    "prompt_change": "a prompt change",
+    "eviction": "evicted",
+    "eviction_inferred": "evicted (inferred: the server does not say)",
+    "namespace": "under another cache salt",
+    "cache_off": "sent with the cache off",
+    "routing": "routed away from the worker holding them",
+    "last_token": "last tokens no engine caches",
+    "granularity": "page remainders",
+    "unexplained": "unexplained",
+}
+SHORT = {"prompt_change": "change", "eviction_inferred": "evict?", "eviction": "evict", "last_token": "last",
+         "granularity": "page", "unexplained": "UNEXPL", "cache_off": "off", "namespace": "salt"}  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +57,64 @@ def summarize(records: list[StepRecord]) -> TraceSummary:
     )
 
 
+def _ranges(steps: list[int]) -> str:
+    """[4, 7, 8, 9] -> "4, 7-9"."""
+    out: list[str] = []
+    for step in sorted(set(steps)):
+        if out and step == int(out[-1].split("-")[-1]) + 1:
+            out[-1] = f"{out[-1].split('-')[0]}-{step}"
+        else:
+            out.append(str(step))
+    return ", ".join(out)
+
+
+def miss_totals(records: list[StepRecord]) -> dict[str, int]:
+    totals = {cause: 0 for cause in MISS_CAUSES}
+    for r in records:
+        for cause, n in (r.miss or {}).items():
+            totals[cause] = totals.get(cause, 0) + n
+    return {k: v for k, v in totals.items() if v}
+
+
+def cause_sentence(records: list[StepRecord]) -> str:
+    """ "92% of uncached tokens were new, 6% evicted at steps 7-9, 2% a prompt change at step 4:
+    system message line 3 changed"."""
+    totals = miss_totals(records)
+    uncached = sum(totals.values())
+    if not uncached:
+        return "no uncached tokens" if records else "no steps"
+    parts = []
+    for cause, n in sorted(totals.items(), key=lambda kv: -kv[1]):
+        steps = [r.step for r in records if (r.miss or {}).get(cause)]
+        text = f"{n / uncached:.0%} {CAUSE_PHRASES.get(cause, cause)}"
+        if cause != "new":
+            text += f" at step{'s' if len(set(steps)) > 1 else ''} {_ranges(steps)}"
+        if cause == "prompt_change":
+            piece = next(
+                (
+                    r.prefix_break.get("piece")
+                    for r in records
+                    if r.prefix_break and r.prefix_break.get("piece")
+                ),
+                None,
+            )
+            text += f": {piece} changed" if piece else ""
+        parts.append(text)
+    first = parts[0].split(" ", 1)
+    parts[0] = (
+        f"{first[0]} of uncached tokens were {first[1]}"
+        if first[1] == "new"
+        else f"{first[0]} of uncached tokens: {first[1]}"
+    )
+    return ", ".join(parts)
+
+
+def miss_cell(record: StepRecord) -> str:
+    if record.miss is None:
+        return ""
+    return " ".join(f"{SHORT.get(k, k)} {v}" for k, v in record.miss.items() if v)
+
+
 def _tool_cell(record: StepRecord) -> str:
     if not record.tool:
         return ""
@@ -63,20 +138,23 @@ def build_table(records: list[StepRecord]) -> Table:
         "ttft s",
         "lat s",
         "finish",
+        "miss",
     ):
-        table.add_column(name, justify="right" if name not in ("session", "kind", "finish") else "left")
+        table.add_column(
+            name, justify="right" if name not in ("session", "kind", "finish", "miss") else "left"
+        )
     table.add_column("prefix break / tool")
     for r in records:
         brk = r.prefix_break
         note = (
-            f"[red]BREAK @{brk.get('offset')} {brk.get('expected')} -> {brk.get('got')}[/red]"
+            f"[red]BREAK @{brk.get('offset')} {brk.get('piece') or ''} {brk.get('expected')} -> {brk.get('got')}[/red]"
             if brk
             else _tool_cell(r)
         )
         table.add_row(
             r.session_id[-8:], str(r.branch), str(r.step), r.kind, str(r.prompt_tokens), str(r.cached_tokens),
             str(r.ideal_cached_tokens), str(r.completion_tokens), f"{r.ttft_s:.3f}", f"{r.latency_s:.3f}",
-            r.finish_reason, note,
+            r.finish_reason, miss_cell(r), note,
         )  # fmt: skip
     return table
 
@@ -87,7 +165,7 @@ def main(argv: list[str]) -> int:
     )
     parser.add_argument("file", help="trace file written by Agent(trace_path=...)")
     args = parser.parse_args(argv)
-    console = Console()
+    console = Console(width=None if sys.stdout.isatty() else 200)  # piped: keep every column readable
     try:
         records = read_trace(args.file)
     except (OSError, ValueError) as exc:
@@ -100,4 +178,5 @@ def main(argv: list[str]) -> int:
         f"(hit rate {s.hit_rate:.1%}) · ideal {s.ideal_cached_tokens} · "
         f"cache fidelity {s.fidelity:.3f} · breaks {s.breaks}"
     )
+    console.print(cause_sentence(records))
     return 0

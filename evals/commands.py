@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "cluster": RUNTIME_COMMANDS["cluster"],
     "eval-cluster": ("evals.cluster", "routing policies compared on a local cluster"),
     "trace": ("agent.trace_cli", "per-step table of a trace.jsonl"),
+    "eval-misses": ("evals.misses.cli", "injected cache-miss causes vs the trace's miss attribution"),
     "gen-needle": ("tasks.needle", "generate needle-in-a-haystack QA sets"),
     "launch-sglang": RUNTIME_COMMANDS["launch-sglang"],
 }

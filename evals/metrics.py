@@ -97,7 +97,17 @@ def mode_metrics(
         "latency_p50_s": percentile([c.latency_s for c in ok], 50),
         "failed_requests": len(calls) - len(ok),
         "items": items,
+        "miss": miss_totals(ok),
     }
+
+
+def miss_totals(calls: Sequence[CallRecord]) -> dict[str, int]:
+    """Uncached prompt tokens by cause over the calls the ledger could account (issue 19)."""
+    totals: dict[str, int] = {}
+    for call in calls:
+        for cause, n in (call.miss or {}).items():
+            totals[cause] = totals.get(cause, 0) + n
+    return dict(sorted(totals.items(), key=lambda kv: -kv[1]))
 
 
 def ratio(slow: float | None, fast: float | None) -> float | None:

@@ -14,7 +14,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from agent.accounting import served_from, worker_of
 from runtime.backends.base import Backend, Completion, WrappedBackend
+from runtime.ledger import SessionLedger, StepAccounting, StepEvent
 
 
 @dataclass(slots=True)
@@ -34,6 +36,8 @@ class CallRecord:
     session_id: str | None
     started_s: float  # seconds since the recorder was (re)set
     error: str | None = None
+    #: uncached prompt tokens by cause (runtime/ledger.py), for token-id prompts of a named session
+    miss: dict[str, int] | None = None
 
     @property
     def output_key(self) -> tuple[int, ...] | str:
@@ -78,6 +82,7 @@ class RecordingBackend(WrappedBackend):
         self.on_call = on_call
         self._lock = threading.Lock()
         self._state = _State()
+        self._ledgers: dict[tuple[str, str | None], SessionLedger] = {}
 
     @property
     def calls(self) -> list[CallRecord]:
@@ -92,6 +97,7 @@ class RecordingBackend(WrappedBackend):
         """Forget the recorded calls and restart the clock (between suites and repeats)."""
         with self._lock:
             self._state = _State()
+            self._ledgers = {}
 
     def generate(
         self,
@@ -117,13 +123,29 @@ class RecordingBackend(WrappedBackend):
         except Exception as exc:
             self._record_failure(prompt, input_ids, session_id, started, exc)
             raise
+        miss = self._miss(input_ids, out, session_id, cache_salt)
         self._append(lambda index, origin: CallRecord(
             index=index, prompt_key=prompt_key(prompt, input_ids), prompt_tokens=out.prompt_tokens,
             cached_tokens=out.cached_tokens, completion_tokens=out.completion_tokens, ttft_s=out.ttft_s,
             latency_s=out.latency_s, output_ids=list(out.output_ids), text=out.text,
-            finish_reason=out.finish_reason, session_id=session_id, started_s=started - origin,
+            finish_reason=out.finish_reason, session_id=session_id, started_s=started - origin, miss=miss,
         ))  # fmt: skip
         return out
+
+    def _miss(
+        self, input_ids: list[int] | None, out: Completion, session_id: str | None, salt: str | None
+    ) -> dict[str, int] | None:
+        """The call's miss causes through the shared ledger (one per session and salt). Calls of
+        one session may run concurrently (forks), so none is held to extend another: a prompt
+        change shows as `new` here; the agent's own trace names it."""
+        if input_ids is None or session_id is None:
+            return None
+        with self._lock:
+            ledger = self._ledgers.setdefault((session_id, salt), SessionLedger())
+            branch = len(self._state.calls)
+        ev = StepEvent(branch=branch, sent=input_ids, sent_output=out.output_ids, units=input_ids,
+                       outputs=out.output_ids, served=served_from(out), salt=salt, worker=worker_of(out))  # fmt: skip
+        return StepAccounting(ledger).observe(ev).miss
 
     def _record_failure(self, prompt, input_ids, session_id, started: float, exc: Exception) -> None:
         latency = time.perf_counter() - started

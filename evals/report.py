@@ -105,6 +105,7 @@ def markdown_section(results: dict[str, Any], heading: str = "## Agent suites: c
             f"{fmt(c.get('hit_rate'), '{:.1%}')} | {fmt(c.get('outputs_identical'), '{:.0%}')} | {met} |"
         )
     lines += [""] + [f"- {verdict(name, e)}" for name, e in suites.items()] + [""]
+    lines += miss_lines(suites)
     lines += [
         "| metric | " + " | ".join(f"{n} cached | {n} uncached" for n in suites) + " |",
         "|---|" + "---|---|" * len(suites),
@@ -115,6 +116,22 @@ def markdown_section(results: dict[str, Any], heading: str = "## Agent suites: c
         ]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def miss_lines(suites: dict[str, Any]) -> list[str]:
+    """Why prompt tokens were not cached (cached mode), per suite: the trace's `miss` causes."""
+    out = []
+    for name, e in suites.items():
+        miss = (e.get("cached") or {}).get("miss") or {}
+        total = sum(miss.values())
+        if total:
+            causes = ", ".join(f"{cause} {n / total:.0%} ({n})" for cause, n in miss.items())
+            out.append(f"- {name}: uncached tokens by cause: {causes}")
+    return (
+        (["Uncached prompt tokens by cause (cached mode; runtime/ledger.py):", ""] + out + [""])
+        if out
+        else []
+    )
 
 
 def report_markdown(

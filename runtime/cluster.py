@@ -279,7 +279,7 @@ class Cluster:
         if "--enable-metrics" not in args:
             args.append("--enable-metrics")
         return [sys.executable, "-m", "runtime.server.cli", "--host", self.config.host, "--port", str(port),
-                "--log-level", "warning", *args]  # fmt: skip
+                "--log-level", "warning", "--worker-id", str(port), *args]  # fmt: skip
 
     def _router_cmd(self, port: int, worker_urls: list[str] | None = None) -> list[str]:
         """The same flags on both routers (smg kept sglang-router's names), except the policy's."""

@@ -31,6 +31,7 @@ class Request:
     # scheduling state
     cached_len: int = 0  # prompt tokens served from the cache (reported)
     lease: Lease | None = None  # its hold on the cache manager while it runs
+    evicted_len: int = 0  # prompt tokens after cached_len the tree held and evicted (issue 19)
     output_ids: list[int] = field(default_factory=list)
     first_token_time: float | None = None
     finish_reason: dict[str, Any] | None = None
@@ -74,6 +75,9 @@ class Request:
             "finish_reason": self.finish_reason,
             "e2e_latency": now - self.arrival,
             "ttft": (self.first_token_time or now) - self.arrival,
+            # misses (issue 19): why the rest was not cached (docs/compat.md)
+            "evicted_prefix_tokens": self.evicted_len,
+            "prefix_cache": self.use_cache,
         }
 
     def result(self, now: float) -> dict[str, Any]:

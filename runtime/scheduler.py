@@ -364,6 +364,8 @@ class Scheduler:
             share=req.use_cache,
         )
         req.cached_len = req.lease.cached_len
+        req.evicted_len = req.lease.evicted_len
+        req.use_cache = req.lease.shares  # what is reported: False under the uncached baseline too
 
     def _build_batch(self) -> tuple[list[Segment], list[Request]]:
         budget, segments, fed = self.chunk_size, [], []

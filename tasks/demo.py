@@ -10,11 +10,14 @@ from __future__ import annotations
 import argparse
 import tempfile
 from collections.abc import Callable
+from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
 from agent import Step, StepRecord
+from agent.trace import read_trace
+from agent.trace_cli import cause_sentence, miss_cell
 from tasks.output import fmt_s
 from tasks.qa import OnStep, QAReport
 from tasks.qa_cli import summarize
@@ -60,6 +63,7 @@ def step_printer(console: Console) -> OnStep:
         console.print(
             f"  [bold]{question.id}[/] step {rec.step} [cyan]{rec.kind:<9}[/] prompt {rec.prompt_tokens:>5} tok  "
             f"cached {rec.cached_tokens:>5} ({share:4.0%})  TTFT {rec.ttft_s:6.2f} s  {what}"
+            f"  [dim]{miss_cell(rec)}[/]"
         )
 
     return on_step
@@ -131,5 +135,8 @@ def main(argv: list[str]) -> int:
         cites = [f"P{n}" for n in row.get("paragraphs") or []] or [f"L{n}" for n in row["citations"]]
         console.print(f"  {row['id']}: {row['answer']!r} cites {', '.join(cites) or '-'} {mark}")
     console.print(final_table(report))
+    trace = Path(out) / "trace.jsonl"
+    if trace.exists():  # why the rest was not cached (issue 19)
+        console.print(f"uncached tokens: {cause_sentence(read_trace(trace))}")
     console.print(f"trace: {out}/trace.jsonl  (radixagent trace {out}/trace.jsonl)")
     return 130 if report.interrupted else 0

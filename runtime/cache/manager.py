@@ -54,6 +54,7 @@ class Lease:
     priority: int
     shares: bool  # matches and inserts (False: uncached baseline or prefix_cache=False)
     cached_len: int = 0  # prompt tokens served from the tree (what the request reports)
+    evicted_len: int = 0  # key tokens after cached_len the tree held and evicted (miss causes)
     tree_len: int = 0  # leading positions whose slots the tree owns, locked through `node`
     node: TreeNode | None = None  # deepest locked node (None when the lease never shares)
     slots: list[int] = field(default_factory=list)  # one KV slot per position (cached + reserved)
@@ -120,6 +121,8 @@ class RadixCacheManager:
             match = self.tree.match_prefix(key, namespace, session_id)
             lease.node, lease.slots = match.node, list(match.slots)
             lease.cached_len = lease.tree_len = match.length
+            if self.tree.evictions is not None:
+                lease.evicted_len = self.tree.evictions.reach(match.node, key, match.length)
             self.tree.lock(match.node)
             if match.length < len(key) and self.hooks.on_miss is not None:
                 self.hooks.on_miss(lease, key)

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
+from runtime.cache.evictions import EvictionRecord
 from runtime.cache.kv_pool import SlotAllocator
 
 _ids = itertools.count()
@@ -100,6 +101,8 @@ class RadixCache:
         self._leaves_set: set[TreeNode] = set()  # non-root leaves, kept so eviction never walks the tree
         #: called with each leaf about to be evicted (its slots still hold its KV): tiered storage
         self.on_evict: Callable[[TreeNode], None] | None = None
+        # misses (issue 19): what was evicted, to report per request what it would have matched
+        self.evictions: EvictionRecord | None = EvictionRecord(4 * allocator.size)
 
     # ---- lookup -------------------------------------------------------------------------
     def root(self, namespace: str) -> TreeNode:
@@ -278,6 +281,8 @@ class RadixCache:
 
     def _remove_leaf(self, node: TreeNode) -> int:
         assert node.parent is not None and node.is_leaf and node.lock_ref == 0
+        if self.evictions is not None:  # misses (issue 19)
+            self.evictions.on_remove(node)
         if self.on_evict is not None:
             self.on_evict(node)
         self.allocator.free(node.value)

@@ -40,6 +40,10 @@ def create_app(engine: Engine, server_args: ServerArgs | None = None) -> FastAPI
     app.add_middleware(BodyLimitMiddleware, max_bytes=args.max_request_bytes)
     if args.api_key is not None:
         app.add_middleware(ApiKeyMiddleware, api_key=args.api_key)
+    if args.trace_dir is not None:  # issue 19: X-Session-Id names a request's trace session
+        from runtime.server.trace_dir import SessionHeaderMiddleware
+
+        app.add_middleware(SessionHeaderMiddleware)
     return app
 
 

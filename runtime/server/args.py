@@ -40,6 +40,12 @@ class ServerArgs:
     limit_concurrency: int = 512
     #: bytes h11 buffers for an incomplete event (the request line and headers)
     h11_max_incomplete_event_size: int = 64 * 1024
+    #: per-step traces of named sessions (runtime/server/trace_dir.py); None: off
+    trace_dir: str | None = None
+    #: a trace file is rotated past this size
+    trace_max_bytes: int = 16 * 2**20
+    #: reported as meta_info.worker_id (`radixagent cluster` names each worker: routing misses)
+    worker_id: str | None = None
 
     def __post_init__(self) -> None:
         if not 0 <= self.port < 65536:
@@ -78,6 +84,7 @@ class ServerArgs:
             "timeout_read": self.timeout_read,
             "timeout_keep_alive": self.timeout_keep_alive,
             "limit_concurrency": self.limit_concurrency,
+            "trace_dir_set": self.trace_dir is not None,
         }
 
 
@@ -163,6 +170,16 @@ def build_parser() -> argparse.ArgumentParser:
         default=64 * 1024,
         help="bytes of request line and headers buffered before a 400",
     )
+    p.add_argument(
+        "--trace-dir",
+        default=None,
+        help="write the per-step trace (ideal hits, prefix breaks, miss causes) of every request that "
+        "names its session (session_id, session_params, prompt_cache_key or X-Session-Id) to "
+        "DIR/<salt digest>.jsonl",
+    )
+    p.add_argument(
+        "--trace-max-bytes", type=int, default=16 * 2**20, help="rotate a trace file past this size"
+    )
     return p
 
 
@@ -215,4 +232,7 @@ def server_args(ns: argparse.Namespace) -> ServerArgs:
         timeout_keep_alive=ns.timeout_keep_alive,
         limit_concurrency=ns.limit_concurrency,
         h11_max_incomplete_event_size=ns.h11_max_incomplete_event_size,
+        trace_dir=ns.trace_dir,
+        trace_max_bytes=ns.trace_max_bytes,
+        worker_id=ns.worker_id,
     )

@@ -25,6 +25,7 @@ from runtime.server.openai_usage import usage
 from runtime.server.schemas import ChatCompletionRequest, ChatMessage, CompletionRequest, _OpenAIBase
 from runtime.server.state import ServerState
 from runtime.server.tool_chat import ToolCalling
+from runtime.server.trace_dir import TRACE_SESSION
 
 
 def openai_router(state: ServerState) -> APIRouter:
@@ -144,6 +145,8 @@ def _kwargs(
     state: ServerState, req: _OpenAIBase, max_new_tokens: int | None, **inputs: Any
 ) -> dict[str, Any]:
     lp.candidates(req)  # best_of is checked before anything runs
+    if req.prompt_cache_key:  # issue 19: names the trace session (runtime/server/trace_dir.py)
+        TRACE_SESSION.set(req.prompt_cache_key)
     return lp.engine_logprob_kwargs(req) | state.engine_kwargs(
         **inputs,
         sampling=req.sampling_dict(max_new_tokens),

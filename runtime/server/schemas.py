@@ -267,6 +267,8 @@ class _OpenAIBase(_Request):
     rid: str | None = None
     session_id: SessionId | None = None
     session_params: dict[str, Any] | None = None
+    #: OpenAI's cache key: names the request's session for `--trace-dir` (not an engine session)
+    prompt_cache_key: str | None = Field(default=None, **SESSION_ID)
     cache_salt: str | None = SALT
     priority: int | None = None
     prefix_cache: bool = True

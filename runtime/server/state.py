@@ -32,7 +32,12 @@ class ServerState:
         model_path = str(info.get("model_path") or "default")
         name = args.served_model_name or info.get("served_model_name") or model_path
         metrics = ServerMetrics(engine, str(name)) if args.enable_metrics else None
-        return cls(engine, args, EngineBridge(engine, args.max_threads), metrics, str(name), model_path)
+        bridge = EngineBridge(engine, args.max_threads)
+        if args.trace_dir is not None:  # issue 19: traces of named sessions
+            from runtime.server.trace_dir import tracing_bridge
+
+            bridge = tracing_bridge(engine, args)
+        return cls(engine, args, bridge, metrics, str(name), model_path)
 
     def engine_kwargs(
         self,
@@ -89,6 +94,9 @@ class ServerState:
     def observe(
         self, endpoint: str, outputs: dict[str, Any] | list[dict[str, Any]], stream: bool = False
     ) -> None:
+        if self.args.worker_id is not None:  # issue 19: which worker served it (routing misses)
+            for out in outputs if isinstance(outputs, list) else [outputs]:
+                out.setdefault("meta_info", {})["worker_id"] = self.args.worker_id
         if self.metrics is None:
             return
         for out in outputs if isinstance(outputs, list) else [outputs]:

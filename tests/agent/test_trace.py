@@ -17,7 +17,7 @@ from agent.trace_cli import summarize
 
 TRACE_FIELDS = [
     "run_id", "session_id", "branch", "step", "kind", "prompt_tokens", "cached_tokens", "ideal_cached_tokens",
-    "completion_tokens", "ttft_s", "latency_s", "finish_reason", "prefix_break", "tool",
+    "completion_tokens", "ttft_s", "latency_s", "finish_reason", "prefix_break", "tool", "miss",
 ]  # fmt: skip
 
 

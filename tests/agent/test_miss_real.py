@@ -1,0 +1,51 @@
+"""Miss attribution on the real engine through the SDK (issue 19): a byte-stable run misses only
+`new` and `last_token`; a system prompt that changes its second line is a `prompt_change` whose
+break names that line."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from agent import Agent, tool
+from runtime.backends import connect
+
+pytestmark = pytest.mark.slow
+
+
+@tool
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+def _check_sums(records) -> None:
+    for r in records:
+        assert r.miss is not None
+        assert sum(r.miss.values()) == r.prompt_tokens - r.cached_tokens, r
+
+
+def test_byte_stable_run_misses_only_new_and_last_token(engine) -> None:
+    agent = Agent(connect(engine), system="You add numbers with the add tool.", tools=[add], max_steps=3,
+                  reflect=False, sampling={"max_new_tokens": 24}, cache_salt="miss-real-1")  # fmt: skip
+    result = agent.run("What is 2 + 3?")
+    assert len(result.trace) >= 2
+    _check_sums(result.trace)
+    for r in result.trace:
+        assert set(r.miss) <= {"new", "last_token"}, r.miss
+    assert all(r.miss.get("last_token", 0) <= 1 for r in result.trace)
+
+
+def test_changed_system_line_is_a_prompt_change(engine) -> None:
+    counter = itertools.count()
+    system = lambda: f"You add numbers.\nRequest number {next(counter)}.\nUse the add tool."  # noqa: E731
+    agent = Agent(connect(engine), system=system, tools=[add], max_steps=2, reflect=False,
+                  sampling={"max_new_tokens": 24}, cache_salt="miss-real-2")  # fmt: skip
+    with pytest.warns(UserWarning):
+        result = agent.run("What is 4 + 5?")
+    _check_sums(result.trace)
+    second = result.trace[1]
+    assert second.prefix_break is not None and second.prefix_break["piece"] == "system message line 2"
+    assert second.cached_tokens == second.prefix_break["offset"]
+    assert second.miss.get("prompt_change", 0) > 0 and "unexplained" not in second.miss

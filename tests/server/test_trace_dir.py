@@ -1,0 +1,95 @@
+"""`serve --trace-dir` (issue 19): the SDK's per-step trace for any client naming its session.
+
+The unit half drives `TraceDir` with SGLang-shaped outputs (no model): files per salt, rotation,
+unnamed requests untraced. The live half runs the real server with the `openai` client.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from runtime.server.trace_dir import TRACE_SESSION, TraceDir, TraceDirConfig
+from runtime.trace_record import StepRecord
+
+
+def out(prompt: int, cached: int, evicted: int = 0, ids: list[int] | None = None) -> dict:
+    meta = {"prompt_tokens": prompt, "cached_tokens": cached, "evicted_prefix_tokens": evicted,
+            "prefix_cache": True, "finish_reason": {"type": "length", "length": 1}, "ttft": 0.1,
+            "e2e_latency": 0.2}  # fmt: skip
+    return {"text": "x", "output_ids": ids if ids is not None else [7], "meta_info": meta}
+
+
+def lines(path: Path) -> list[StepRecord]:
+    return [StepRecord.from_dict(json.loads(line)) for line in path.read_text().splitlines()]
+
+
+def test_sessions_salts_and_unnamed(tmp_path: Path) -> None:
+    trace = TraceDir(TraceDirConfig(tmp_path), tokenize=lambda text: [ord(c) for c in text])
+    p1 = list(range(10, 30))
+    trace.observe({"input_ids": p1, "session_id": "a"}, out(20, 0))
+    trace.observe({"input_ids": p1 + [7, 1, 2], "session_id": "a"}, out(23, 20))
+    trace.observe({"input_ids": p1, "cache_salt": "tenant"}, out(20, 0))  # unnamed: not traced
+    token = TRACE_SESSION.set("b")  # what the header middleware / prompt_cache_key do
+    try:
+        trace.observe({"prompt": "hello", "cache_salt": "tenant"}, out(5, 0))
+    finally:
+        TRACE_SESSION.reset(token)
+    trace.close()
+    default, tenant = trace.path("default"), sorted(tmp_path.glob("*.jsonl"))
+    steps = lines(default)
+    assert [r.step for r in steps] == [0, 1]
+    assert steps[0].miss == {"new": 20}
+    assert steps[1].miss == {"last_token": 1, "new": 2} and steps[1].ideal_cached_tokens == 21
+    other = [p for p in tenant if p != default]
+    assert len(other) == 1 and "tenant" not in other[0].name  # a digest, never the salt
+    assert [r.session_id for r in lines(other[0])] == ["b"]
+
+
+def test_rotation_bounds_the_files(tmp_path: Path) -> None:
+    trace = TraceDir(TraceDirConfig(tmp_path, max_bytes=4096, keep=2), tokenize=list)
+    for i in range(60):
+        trace.observe({"input_ids": [i + 1] * 5, "session_id": f"s{i}"}, out(5, 0))
+    trace.close()
+    names = {p.name for p in tmp_path.iterdir()}
+    # the live file (absent right after a rotation) and `keep` rotated ones, the oldest dropped
+    assert (
+        {"default.jsonl.1", "default.jsonl.2"}
+        <= names
+        <= {"default.jsonl", "default.jsonl.1", "default.jsonl.2"}
+    )
+    assert all(p.stat().st_size < 4096 + 1024 for p in tmp_path.iterdir())
+
+
+def test_config_is_checked(tmp_path: Path) -> None:
+    with pytest.raises(ValueError):
+        TraceDirConfig(tmp_path, max_bytes=10)
+
+
+@pytest.mark.slow
+def test_openai_client_gets_the_trace(engine: object, tmp_path: Path) -> None:
+    """Three ways of naming a session; a prompt change is found at its exact token offset."""
+    import openai
+    from server_util import LiveServer
+
+    from runtime.server import ServerArgs, create_app
+
+    with LiveServer(create_app(engine, ServerArgs(trace_dir=str(tmp_path)))) as live:
+        client = openai.OpenAI(base_url=f"{live.url}/v1", api_key="none", max_retries=0)
+        head = list(range(2000, 2040))
+        prompts = [head, head + [3000, 3001], head[:10] + [3999] + head[11:] + [3000, 3001, 3002]]
+        namings = [{"extra_body": {"prompt_cache_key": "k"}}, {"extra_headers": {"X-Session-Id": "k"}},
+                   {"extra_body": {"session_id": "k"}}]  # fmt: skip
+        for ids, naming in zip(prompts, namings, strict=True):
+            client.completions.create(model="default", prompt=ids, max_tokens=0, **naming)
+        client.completions.create(model="default", prompt=head, max_tokens=0)  # unnamed
+    steps = lines(tmp_path / "default.jsonl")
+    assert [r.session_id for r in steps] == ["k", "k", "k"]
+    assert steps[1].miss == {"new": 2} and steps[1].cached_tokens == 40
+    assert steps[2].prefix_break is not None and steps[2].prefix_break["offset"] == 10
+    assert steps[2].cached_tokens == 10
+    assert steps[2].miss == {"prompt_change": 32, "new": 1}
+    for r in steps:
+        assert sum(r.miss.values()) == r.prompt_tokens - r.cached_tokens
