@@ -148,9 +148,10 @@ def test_partial_run_keeps_answered_lines(tmp_path: Path) -> None:
     assert [json.loads(line)["id"] for line in lines] == ["q1"]
 
 
-def test_answer_cut_by_max_new_tokens_is_salvaged(tmp_path: Path) -> None:
+@pytest.mark.parametrize("opening", ['{"answer":"', '{"answer": "'])  # llguidance, SGLang's xgrammar
+def test_answer_cut_by_max_new_tokens_is_salvaged(tmp_path: Path, opening: str) -> None:
     backend = ScriptedBackend(
-        lambda prompt: '{"answer":"The secret code of the green door is 5120. Nobody else kn'
+        lambda prompt: opening + "The secret code of the green door is 5120. Nobody else kn"
     )
     report = run_qa(backend, _doc(tmp_path), QUESTIONS[:1], max_steps=3)
     (result,) = report.results
