@@ -14,7 +14,7 @@ from agent.accounting import break_units
 from agent.checkpoints import ForkResult, RunResult
 from agent.choice import check_tool_choice
 from agent.config import AgentConfig
-from agent.examples import Example, check_examples
+from agent.examples import Example, check_examples, default_examples
 from agent.layout import Document, Prompt, PromptLayout
 from agent.run import Run, RunContext, Verify
 from agent.tools import Tool
@@ -60,7 +60,7 @@ class Agent:
         priority: int | None = None,
         token_prompts: bool | None = None,
         tool_choice: str = "auto",
-        examples: Sequence[Example] = (),
+        examples: Sequence[Example] | None = None,
         ground_numbers: bool = True,
     ) -> None:
         sampling = {"temperature": 0.0, "max_new_tokens": 256, **(sampling or {})}
@@ -75,8 +75,10 @@ class Agent:
         check_tool_choice(tool_choice, names)
         self.tools = {t.name: t for t in tools}
         # The agent's own examples first, then each tool's (by tool name): a fixed order, a stable head.
-        self.examples = (*examples, *(e for t in sorted(tools, key=lambda t: t.name) for e in t.examples))
-        check_examples(self.examples, names)
+        own = (*(examples or ()), *(e for t in sorted(tools, key=lambda t: t.name) for e in t.examples))
+        check_examples(own, names)
+        # None (the default) and no tool examples: the built-in protocol demonstrations; () opts out.
+        self.examples = own if own or examples is not None else default_examples(names)
         self.system, self.documents, self.verify = system, tuple(documents), verify
         self.session_id, self.cache_salt, self.priority = session_id, cache_salt, priority
         self.trace_path = Path(trace_path) if trace_path is not None else None

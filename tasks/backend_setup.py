@@ -40,14 +40,32 @@ def open_backend(spec: str, **options: Any) -> Backend:
 
 
 def context_limit(backend: Backend) -> int:
-    """Tokens one prompt + output may span on `backend` (the engine's limit; else the model's)."""
-    inner = backend.inner if isinstance(backend, CacheControlBackend) else backend
-    engine = getattr(inner, "engine", None)
-    if engine is None:
-        return DEFAULT_CONTEXT
-    limit = int(getattr(engine, "context_length", DEFAULT_CONTEXT))
-    pool = getattr(getattr(engine, "pool", None), "size", None)
-    return min(limit, int(pool)) if pool else limit
+    """Tokens one prompt + output may span on `backend`: the embedded engine's limit, or what an
+    SGLang-style server reports (`max_req_input_len`, `max_total_num_tokens`: a real SGLang refuses
+    longer inputs, so a head past them would fail every request); else the model's window."""
+    while isinstance(backend, WrappedBackend):
+        backend = backend.inner
+    engine = getattr(backend, "engine", None)
+    if engine is not None:
+        limit = int(getattr(engine, "context_length", DEFAULT_CONTEXT))
+        pool = getattr(getattr(engine, "pool", None), "size", None)
+        return min(limit, int(pool)) if pool else limit
+    return _server_limit(backend) or DEFAULT_CONTEXT
+
+
+def _server_limit(backend: Backend) -> int | None:
+    info_of = getattr(backend, "server_info", None)
+    if info_of is None:
+        return None
+    try:
+        info = info_of()
+    except Exception:  # noqa: BLE001 - a server without the endpoint keeps the default
+        return None
+    inner = info.get("internal_states")
+    states = [info, *(inner if isinstance(inner, list) else [inner] if isinstance(inner, dict) else [])]
+    limits = [int(v) for st in states for key in ("max_req_input_len", "max_total_num_tokens")
+              if isinstance(v := st.get(key), int) and v > 0]  # fmt: skip
+    return min(limits) if limits else None
 
 
 def count_tokens(backend: Backend, text: str) -> int:

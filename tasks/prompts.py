@@ -49,6 +49,12 @@ REASONING_EXAMPLES: tuple[tuple[str, str, str], ...] = (
 REASONING_EXAMPLES_SECTION = "\n\n## Worked examples\n\n{examples}"
 REASONING_EXAMPLE = "Problem: {problem}\n{call}\nObservation: {result}\n{answer}"
 REASONING_TASK = "{question}"
+#: The task turn with the worked example most like the problem first (the head keeps all of them,
+#: byte-stable): a small model copies the structure of the example it read last.
+REASONING_TASK_WITH_EXAMPLE = (
+    "A solved problem like this one:\nProblem: {problem}\nExpression: {expression}\n\n"
+    "Now solve this problem with one expression:\n{question}"
+)
 CALCULATOR_DOC = "Evaluate one arithmetic expression and return its value."
 
 CHAT_SYSTEM = "You are a helpful assistant. Answer briefly."

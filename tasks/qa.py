@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -49,7 +50,8 @@ QA_ROOM = 640
 QA_MAX_STEPS = 4
 SEARCH = "search_document"
 QA_MAX_NEW_TOKENS = 96
-ANSWER_OPEN = '{"answer":"'  # how a compact answer action starts (the grammar allows no whitespace)
+#: how an answer action starts: compact from llguidance, '{"answer": "' from SGLang's xgrammar
+ANSWER_OPEN = re.compile(r'\{\s*"answer"\s*:\s*"')
 
 OnStep = Callable[[Question, Step], None]
 
@@ -223,9 +225,10 @@ def salvage_answer(step: Step) -> str | None:
     record = step.record
     if step.action is not None or record is None or record.finish_reason != "length":
         return None
-    if not step.output.startswith(ANSWER_OPEN):
+    opened = ANSWER_OPEN.match(step.output)  # SGLang's xgrammar writes '{"answer": "' (a space)
+    if opened is None:
         return None
-    text = step.output[len(ANSWER_OPEN) :]
+    text = step.output[opened.end() :]
     end = text.rfind(". ")
     if end <= 0:
         return None

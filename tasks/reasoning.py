@@ -18,10 +18,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent import Agent, RunResult, Step, Tool, ToolError, tool
+from agent.constraints import not_words_pattern
 from agent.examples import answer_json, call_json
 from runtime.backends.base import Backend
 from tasks import prompts
 from tasks.backend_setup import GREEDY, with_cache
+from tasks.documents import search_terms
 from tasks.outcomes import ItemOutcome, SuiteOptions, SuiteOutcome
 from tasks.output import progress_bar
 from tasks.questions import Question
@@ -106,14 +108,17 @@ def is_correct(answer: str, golds: Sequence[str]) -> bool:
     return False
 
 
-def make_verifier(question: Question) -> Callable[[str], tuple[bool, str]]:
-    """Rejects a wrong final answer (the gold is known) without revealing the right one."""
+def make_verifier(question: Question, rejected: list[str] | None = None) -> Callable[[str], tuple[bool, str]]:
+    """Rejects a wrong final answer (the gold is known) without revealing the right one; each
+    rejected answer is appended to `rejected`."""
 
     def verify(answer: str) -> tuple[bool, str]:
         if question.answer is None:
             return True, "no gold answer to check against"
         if is_correct(answer, question.answer):
             return True, "correct"
+        if rejected is not None:
+            rejected.append(answer)
         return False, "the answer is wrong; recheck each step with the calculator"
 
     return verify
@@ -128,6 +133,19 @@ def examples_text() -> str:
         for p, e, r in prompts.REASONING_EXAMPLES
     )  # fmt: skip
     return prompts.REASONING_EXAMPLES_SECTION.format(examples=body)
+
+
+def nearest_example(question: str) -> tuple[str, str, str]:
+    """The worked example that shares the most content words with `question` (first on ties)."""
+    asked = set(search_terms(question))
+    return max(prompts.REASONING_EXAMPLES, key=lambda ex: len(asked & set(search_terms(ex[0]))))
+
+
+def task_text(question: str) -> str:
+    problem, expression, _ = nearest_example(question)
+    return prompts.REASONING_TASK_WITH_EXAMPLE.format(
+        problem=problem, expression=expression, question=question
+    )
 
 
 def _just_computed(run: Any) -> bool:
@@ -152,16 +170,21 @@ class ProblemResult:
 def solve(backend: Backend, question: Question, *, max_steps: int = REASONING_MAX_STEPS,
           on_step: Callable[[Question, Step], None] | None = None) -> ProblemResult:  # fmt: skip
     """One problem: an agent run whose verifier knows the gold answer."""
+    rejected: list[str] = []
     agent = Agent(
         backend, system=prompts.REASONING_SYSTEM + examples_text(), tools=[calculator_tool()], max_steps=max_steps,
-        reflect=True, verify=make_verifier(question), dead_end=False, max_backtracks=2,
+        reflect=True, verify=make_verifier(question, rejected), dead_end=False, max_backtracks=2, examples=(),
         sampling={**GREEDY, "max_new_tokens": REASONING_MAX_NEW_TOKENS},
     )  # fmt: skip
     started = time.perf_counter()
-    run = agent.start(prompts.REASONING_TASK.format(question=question.question))
+    run = agent.start(task_text(question.question))
     try:
         while not run.done:
             run.tool_choice = "none" if _just_computed(run) else "auto"
+            # A rejected answer is never given again: the grammar refuses it.
+            run.answer_schema = (
+                {"type": "string", "pattern": not_words_pattern(rejected)} if rejected else None
+            )
             step = run.step()
             if on_step is not None:
                 on_step(question, step)

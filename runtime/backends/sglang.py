@@ -138,6 +138,10 @@ class SGLangBackend(Backend):
     def model_info(self) -> dict[str, Any]:
         return self._json("GET", "/get_model_info", None)
 
+    def server_info(self) -> dict[str, Any]:
+        """GET /get_server_info: SGLang's (and our server's) limits, e.g. `max_req_input_len`."""
+        return self._json("GET", "/get_server_info", None)
+
     def close(self) -> None:
         self.client.close()
 

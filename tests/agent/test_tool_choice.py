@@ -152,3 +152,35 @@ def test_numeric_arguments_take_numbers_written_in_the_run():
     off = FakeBackend(['{"answer":"x"}'])
     Agent(off, system=SYSTEM, tools=[add], ground_numbers=False).run("What is 1 + 2?")
     assert "enum" not in off.calls[0].sampling_params["json_schema"]
+
+
+def test_protocol_examples_fill_an_empty_head_and_can_be_turned_off():
+    from agent.examples import PROTOCOL_EXAMPLES, render_examples
+
+    backend = FakeBackend(['{"answer":"9"}', '{"answer":"9"}'])
+    Agent(backend, system=SYSTEM, tools=[add]).run("What is 4 + 5?")
+    Agent(backend, system=SYSTEM, tools=[add], examples=()).run("What is 4 + 5?")
+    demos = render_examples(PROTOCOL_EXAMPLES)
+    assert demos in backend.calls[0].prompt  # call -> observation -> answer, before the task
+    assert backend.calls[0].prompt.index(demos) < backend.calls[0].prompt.index("What is 4 + 5?")
+    assert "get_weather" not in backend.calls[1].prompt  # examples=() opts out
+
+
+def test_protocol_examples_skip_a_tool_name_the_agent_has():
+    @tool
+    def get_weather(city: str) -> str:
+        """Weather now."""
+        return "sunny"
+
+    backend = FakeBackend(['{"answer":"sunny"}'])
+    Agent(backend, system=SYSTEM, tools=[get_weather]).run("Weather in Rome?")
+    prompt = backend.calls[0].prompt
+    assert '"arguments":{"city":"Oslo"}' not in prompt and '{"tool":"times"' in prompt
+
+
+def test_the_last_allowed_call_can_only_answer():
+    calls = ['{"tool":"add","arguments":{"a":2,"b":3}}', '{"tool":"add","arguments":{"a":5,"b":3}}']
+    backend = FakeBackend([*calls, '{"answer":"5"}'])
+    result = Agent(backend, system=SYSTEM, tools=[add], max_steps=3).run("What is 2 + 3?")
+    assert "add" in _branches(backend.calls[1]) and _branches(backend.calls[2]) == ["answer", "dead_end"]
+    assert result.status == "answered" and result.answer == "5"

@@ -13,6 +13,8 @@
 #     (tests/contract/, its sglang case) from the product venv. The server is always stopped.
 # `bash tests/sglang/run.sh --serve PORT [sglang flags]` does the same setup, then runs the server in
 # the foreground on 127.0.0.1:PORT (SGLANG_MAX_TOTAL_TOKENS sets its pool) instead of the tests.
+# The default 1,024-token pool refuses a longdoc head (~3k tokens: SGLang's max_req_input_len is
+# below it): for the QA suites serve with SGLANG_MAX_TOTAL_TOKENS=16384.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$ROOT"

@@ -18,6 +18,7 @@ from tasks.errors import TaskInputError
 from tasks.qa import run_qa
 from tasks.qa_cli import main, summarize
 from tasks.questions import Question
+from tasks.runner import context_limit, with_cache
 
 DOC_TEXT = (
     "The harbour town wakes early and the boats leave before dawn.\n"
@@ -147,9 +148,10 @@ def test_partial_run_keeps_answered_lines(tmp_path: Path) -> None:
     assert [json.loads(line)["id"] for line in lines] == ["q1"]
 
 
-def test_answer_cut_by_max_new_tokens_is_salvaged(tmp_path: Path) -> None:
+@pytest.mark.parametrize("opening", ['{"answer":"', '{"answer": "'])  # llguidance, SGLang's xgrammar
+def test_answer_cut_by_max_new_tokens_is_salvaged(tmp_path: Path, opening: str) -> None:
     backend = ScriptedBackend(
-        lambda prompt: '{"answer":"The secret code of the green door is 5120. Nobody else kn'
+        lambda prompt: opening + "The secret code of the green door is 5120. Nobody else kn"
     )
     report = run_qa(backend, _doc(tmp_path), QUESTIONS[:1], max_steps=3)
     (result,) = report.results
@@ -186,6 +188,22 @@ def test_oversize_document_is_refused(tmp_path: Path, engine: Any) -> None:
     )
     with pytest.raises(TaskInputError, match=r"doc\.txt: document is \d+ tokens"):
         run_qa(EmbeddedBackend(engine), long_doc, QUESTIONS[:1])
+
+
+def test_a_server_pool_smaller_than_the_head_is_refused_before_any_question(tmp_path: Path) -> None:
+    """A real SGLang server refuses inputs past its `max_req_input_len` (run.sh's default 1,024-token
+    pool is smaller than a longdoc head): the runner must say so, not score every question wrong."""
+
+    class SmallServer(ScriptedBackend):
+        def server_info(self) -> dict[str, Any]:
+            return {"max_total_num_tokens": 1024, "internal_states": [{"max_req_input_len": 1018}]}
+
+    backend = SmallServer(_answers)
+    assert context_limit(backend) == 1018 and context_limit(with_cache(backend, False)) == 1018
+    doc = _doc(tmp_path, "\n".join(f"Line {i} says the sea was calm." for i in range(60)))
+    with pytest.raises(TaskInputError, match=r"doc\.txt: document is \d+ tokens"):
+        run_qa(backend, doc, QUESTIONS[:1])
+    assert backend.calls == []
 
 
 @pytest.mark.slow

@@ -89,3 +89,21 @@ def test_reasoning_end_to_end_on_the_engine(engine: Any) -> None:
     assert 1 <= len(res.result.trace) <= 2 and res.correct in (True, False)
     assert all(r.prefix_break is None for r in res.result.trace)
     engine.check_integrity()
+
+
+def test_task_turn_leads_with_the_most_similar_worked_example():
+    from tasks.reasoning import nearest_example, task_text
+
+    question = "A ferry leaves at 07:50 and arrives at 10:10. How many minutes is the crossing?"
+    problem, expression, _ = nearest_example(question)
+    assert "08:25" in problem and expression == "(11*60+5)-(8*60+25)"
+    text = task_text(question)
+    assert text.index(problem) < text.index(question) and text.endswith(question)
+
+
+def test_rejected_answers_are_collected_for_the_grammar():
+    from tasks.reasoning import make_verifier
+
+    rejected: list[str] = []
+    verify = make_verifier(Question(id="q", question="2+2?", answer=["4"]), rejected)
+    assert verify("5")[0] is False and verify("4")[0] is True and rejected == ["5"]
