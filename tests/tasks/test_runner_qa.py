@@ -18,7 +18,7 @@ from tasks.errors import TaskInputError
 from tasks.qa import run_qa
 from tasks.qa_cli import main, summarize
 from tasks.questions import Question
-from tasks.runner import context_limit, with_cache
+from tasks.backend_setup import context_limit, with_cache
 
 DOC_TEXT = (
     "The harbour town wakes early and the boats leave before dawn.\n"
