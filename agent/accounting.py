@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent import prompts
-from agent.layout import Piece, Prompt, PromptLayout
 from agent.checkpoints import Step
+from agent.layout import Piece, Prompt, PromptLayout
 from agent.trace import StepRecord, TraceWriter, warn_prefix_break
 from runtime.backends.base import Completion
 from runtime.ledger import Account, Served, StepAccounting, StepEvent

@@ -19,10 +19,16 @@ from typing import Protocol
 
 
 class _Node(Protocol):
-    key: list[int]
-    parent: _Node | None
-    namespace: str
-    id: int
+    # read-only members: a protocol's plain attributes are invariant, so TreeNode (whose parent
+    # is a TreeNode) would not match
+    @property
+    def key(self) -> list[int]: ...
+    @property
+    def parent(self) -> _Node | None: ...
+    @property
+    def namespace(self) -> str: ...
+    @property
+    def id(self) -> int: ...
 
 
 Owner = int | str  # a node id, or a namespace (its root)

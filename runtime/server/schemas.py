@@ -268,7 +268,7 @@ class _OpenAIBase(_Request):
     session_id: SessionId | None = None
     session_params: dict[str, Any] | None = None
     #: OpenAI's cache key: names the request's session for `--trace-dir` (not an engine session)
-    prompt_cache_key: str | None = Field(default=None, **SESSION_ID)
+    prompt_cache_key: SessionId | None = None
     cache_salt: str | None = SALT
     priority: int | None = None
     prefix_cache: bool = True

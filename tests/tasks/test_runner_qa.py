@@ -12,13 +12,13 @@ import pytest
 
 from runtime.backends.base import Backend, Completion
 from runtime.errors import BackendError
+from tasks.backend_setup import context_limit, with_cache
 from tasks.citations import check_answer, strip_refs
 from tasks.documents import Document, load_document
 from tasks.errors import TaskInputError
 from tasks.qa import run_qa
 from tasks.qa_cli import main, summarize
 from tasks.questions import Question
-from tasks.backend_setup import context_limit, with_cache
 
 DOC_TEXT = (
     "The harbour town wakes early and the boats leave before dawn.\n"
