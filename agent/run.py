@@ -191,7 +191,8 @@ class Run:
         answer_only = not allowed.tools or (len(calls) >= 2 and calls[-1] == calls[-2])
         # The last call a run may make answers (unless a tool call is still owed): a run does not
         # end at max_steps without an answer.
-        answer_only = answer_only or (allowed.answer and len(self.steps) >= self.ctx.config.max_steps - 1)
+        # (`self.steps` already holds the step being decided: it is the last one when it reaches max_steps)
+        answer_only = answer_only or (allowed.answer and len(self.steps) >= self.ctx.config.max_steps)
         numbers = self._numbers() if self.ctx.config.ground_numbers else None
         return action_schema(list(self.ctx.tools.values()), dead_end=self.ctx.config.dead_end,
                              tools_only=not allowed.answer, answer_only=answer_only,

@@ -6,6 +6,7 @@ import random
 
 from runtime.cache.evictions import EvictionRecord
 from runtime.cache.kv_pool import SlotAllocator
+from runtime.cache.manager import RadixCacheManager
 from runtime.cache.policies import make_policy
 from runtime.cache.radix import RadixCache
 
@@ -15,16 +16,19 @@ def make(size: int = 64) -> RadixCache:
 
 
 def put(cache: RadixCache, key: list[int], ns: str = "") -> None:
-    m = cache.match_prefix(key, ns)
-    new = cache.allocator.alloc(len(key) - m.length)
-    held = cache.insert(key, m.slots + new, ns)
-    cache.allocator.free(new[: held - m.length])
+    """Run `key` as a request through the engine's cache owner: match, compute the rest, insert."""
+    manager = RadixCacheManager(cache)
+    lease = manager.start(key, len(key), ns)
+    manager.release(lease, key, len(key), insert=True)
 
 
 def reach(cache: RadixCache, key: list[int], ns: str = "") -> tuple[int, int]:
-    m = cache.match_prefix(key, ns)
-    assert cache.evictions is not None
-    return m.length, cache.evictions.reach(m.node, key, m.length)
+    """(matched, evicted) as the manager reports them for a request with prompt `key`."""
+    manager = RadixCacheManager(cache)
+    lease = manager.start(key, len(key), ns)
+    found = lease.cached_len, lease.evicted_len
+    manager.release(lease, key, 0, insert=False)
+    return found
 
 
 def test_no_eviction_reports_zero() -> None:
