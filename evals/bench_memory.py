@@ -61,6 +61,36 @@ def _prompt(rng: random.Random, vocab: int, n: int) -> list[int]:
     return [rng.randrange(100, vocab) for _ in range(n)]  # distinct: nothing to share
 
 
+class _Peaks:
+    """Samples the engine's KV accounting and the process RSS every 50 ms, keeping the peaks."""
+
+    def __init__(self, engine, pool_bytes: int, rss_after_load: int) -> None:
+        self.engine, self.pool_bytes, self.rss_after_load = engine, pool_bytes, rss_after_load
+        self.held, self.rss, self.done = pool_bytes, rss_after_load, 0
+        self.stop = threading.Event()
+
+    def sample(self) -> None:
+        ticks = 0
+        while not self.stop.wait(0.05):
+            s = self.engine.get_cache_stats()
+            self.held = max(self.held, int(s.get("kv_bytes_held", s["pool_capacity_bytes"])))
+            self.rss = max(self.rss, rss_bytes())
+            ticks += 1
+            if ticks % 300 == 0:  # progress every ~15 s, so a cut-short run still says something
+                held, grown = self.held / self.pool_bytes, (self.rss - self.rss_after_load) / self.pool_bytes
+                print(
+                    f"{ticks / 20:.0f}s: {self.done} done, peak held {held:.1%}, RSS growth {grown:.1%}",
+                    flush=True,
+                )
+
+    def client(self, seed: int, vocab: int, prompt_tokens: int) -> None:
+        rng = random.Random(seed)
+        params = {"max_new_tokens": 32, "temperature": 0, "ignore_eos": True}
+        while not self.stop.is_set():
+            self.engine.generate(input_ids=_prompt(rng, vocab, prompt_tokens), sampling_params=params)
+            self.done += 1
+
+
 def measure(
     seconds: float, concurrency: int = 8, prompt_tokens: int = 2000, pool: int = 20_000
 ) -> MemoryResult:
@@ -68,49 +98,22 @@ def measure(
 
     engine = Engine(max_total_tokens=pool, max_running_requests=concurrency)
     vocab = engine.model_info["vocab_size"]
-    stats = engine.get_cache_stats()
-    rss_after_load = rss_bytes()
-    pool_bytes = int(stats["pool_capacity_bytes"])
-    peak = {"held": int(stats.get("kv_bytes_held", stats["pool_capacity_bytes"])), "rss": rss_after_load}
-    stop, done = threading.Event(), [0]
-
-    def sample() -> None:
-        ticks = 0
-        while not stop.wait(0.05):
-            s = engine.get_cache_stats()
-            peak["held"] = max(peak["held"], int(s.get("kv_bytes_held", s["pool_capacity_bytes"])))
-            peak["rss"] = max(peak["rss"], rss_bytes())
-            ticks += 1
-            if ticks % 300 == 0:  # progress every ~15 s, so a cut-short run still says something
-                held, grown = peak["held"] / pool_bytes, (peak["rss"] - rss_after_load) / pool_bytes
-                print(
-                    f"{ticks / 20:.0f}s: {done[0]} done, peak held {held:.1%}, RSS growth {grown:.1%} of pool",
-                    flush=True,
-                )
-
-    def client(seed: int) -> None:
-        rng = random.Random(seed)
-        params = {"max_new_tokens": 32, "temperature": 0, "ignore_eos": True}
-        while not stop.is_set():
-            engine.generate(input_ids=_prompt(rng, vocab, prompt_tokens), sampling_params=params)
-            done[0] += 1
-
+    pool_bytes = int(engine.get_cache_stats()["pool_capacity_bytes"])
+    peaks = _Peaks(engine, pool_bytes, rss_bytes())
     started = time.perf_counter()
-    threads = [threading.Thread(target=sample)] + [
-        threading.Thread(target=client, args=(i,)) for i in range(concurrency)
+    threads = [threading.Thread(target=peaks.sample)] + [
+        threading.Thread(target=peaks.client, args=(i, vocab, prompt_tokens)) for i in range(concurrency)
     ]
     for t in threads:
         t.start()
     time.sleep(seconds)
-    stop.set()
+    peaks.stop.set()
     engine.abort_request(abort_all=True)  # the clients' last requests stop at the next step
     for t in threads:
         t.join()
     elapsed = time.perf_counter() - started
     engine.shutdown()
-    return MemoryResult(
-        elapsed, done[0], pool, int(stats["pool_capacity_bytes"]), peak["held"], rss_after_load, peak["rss"]
-    )
+    return MemoryResult(elapsed, peaks.done, pool, pool_bytes, peaks.held, peaks.rss_after_load, peaks.rss)
 
 
 def main(argv: list[str] | None = None) -> int:

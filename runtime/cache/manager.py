@@ -10,7 +10,8 @@ pool itself; it holds a `Lease` per running request and calls, in this order:
 
 What mutates: `start` splits a node at a partial match and touches access times along the path;
 `start`/`extend` may evict unlocked leaves (lowest `policy.get_priority` first); `publish` adds
-nodes and frees slots that held KV the tree already had; `release` frees the rest and unlocks.
+nodes (slots of positions the tree already had stay the lease's until release, so a request
+reads only K/V it computed or matched); `release` frees the rest and unlocks.
 A lease's `slots` stay valid while the lease is live: its matched path is locked, the rest is
 owned by the lease. Nothing else is safe to hold across a call that allocates.
 
@@ -58,6 +59,9 @@ class Lease:
     tree_len: int = 0  # leading positions whose slots the tree owns, locked through `node`
     node: TreeNode | None = None  # deepest locked node (None when the lease never shares)
     slots: list[int] = field(default_factory=list)  # one KV slot per position (cached + reserved)
+    #: slots of positions this lease computed that the tree already held when it published: the
+    #: request keeps reading its own copy (bytes from its own chunks), freed at release
+    dups: list[int] = field(default_factory=list)
     kv: object | None = None  # the request's buffer from `RequestKV.take`, when there is one
 
 
@@ -148,13 +152,13 @@ class RadixCacheManager:
         assert lease.node is not None
         key = list(ids[:upto])
         done = self.tree.insert(key, lease.slots[:upto], lease.namespace, lease.priority, lease.session_id)
-        # The tree adopts slots[present:upto] where they are (their KV is written already); the
-        # positions it held before were computed twice: the lease reads the tree's copy from now on.
-        self.pool.free(lease.slots[lease.tree_len : done.present])
+        # The tree adopts slots[present:upto] where they are (their KV is written already). The
+        # positions it held before were computed twice: the request keeps reading its own copy
+        # (another chunking may round a row differently), those slots are freed at release.
+        lease.dups += lease.slots[lease.tree_len : done.present]
         self.tree.lock(done.node)
         self.tree.unlock(lease.node)
         lease.node, lease.tree_len = done.node, upto
-        lease.slots[:upto] = done.slots  # in place: the request's KV view holds this list
 
     def release(self, lease: Lease, ids: Sequence[int], computed: int, insert: bool) -> None:
         """End the lease: with `insert`, publish the first `computed` positions; free the rest,
@@ -164,13 +168,13 @@ class RadixCacheManager:
         self._drop(lease)
 
     def _drop(self, lease: Lease) -> None:
-        self.pool.free(lease.slots[lease.tree_len :])
+        self.pool.free(lease.slots[lease.tree_len :] + lease.dups)
         if lease.node is not None:
             self.tree.unlock(lease.node)
         if lease.kv is not None and self.kv is not None:
             self.kv.give(lease.kv)
         self.leases.discard(lease)
-        lease.slots, lease.kv, lease.node = [], None, None
+        lease.slots, lease.dups, lease.kv, lease.node = [], [], None, None
 
     # ---- memory -------------------------------------------------------------------------
     def _alloc(self, n: int, behind: list[int]) -> list[int]:
@@ -207,7 +211,7 @@ class RadixCacheManager:
         """Tree (sizes, leaves, lock order), pool (every slot exactly one of free / tree /
         lease), locks (each sharing lease's path locked; nothing locked with no lease) and the
         KV budget (everything held fits `RequestKV.budget_bytes`). Raises AssertionError."""
-        in_flight = [s for le in self.leases for s in le.slots[le.tree_len :]]
+        in_flight = [s for le in self.leases for s in le.slots[le.tree_len :] + le.dups]
         self.tree.check_integrity(in_flight)
         for le in self.leases:
             assert le.tree_len <= len(le.slots), "lease owns fewer slots than its tree part"
