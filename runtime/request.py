@@ -77,7 +77,7 @@ class Request:
             "ttft": (self.first_token_time or now) - self.arrival,
             # misses (issue 19): why the rest was not cached (docs/compat.md)
             "evicted_prefix_tokens": self.evicted_len,
-            "prefix_cache": self.use_cache,
+            "prefix_cache": self.use_cache and self.logprob is None,  # logprob requests match nothing
         }
 
     def result(self, now: float) -> dict[str, Any]:
