@@ -20,7 +20,8 @@ from functools import cached_property
 from agent.constraints import span_words
 from tasks.documents import Document, _bm25, search_terms
 
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])")
+#: a sentence ends at . ! or ?, also when a closing quote or bracket follows it ('... solution." Amara')
+_SENTENCE_END = re.compile(r"(?:(?<=[.!?])|(?<=[.!?][\"'\u201d\u2019)]))\s+(?=[A-Z0-9\"'(\u201c\u2018])")
 _NAME = re.compile(r"\b[A-Z][a-z]{2,}\b")
 MAX_SENTENCE_WORDS = 48
 #: a runner-up sentence is returned only when it scores at least this fraction of the best

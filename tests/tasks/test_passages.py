@@ -105,3 +105,14 @@ def test_expand_answer_widens_a_tail_to_the_answering_phrase(span, sentence, que
     from tasks.passages import Sentence, expand_answer
 
     assert expand_answer(span, Sentence(1, 1, 1, sentence), question) == expanded
+
+
+def test_a_sentence_ends_before_a_closing_quote_too(tmp_path: Path):
+    path = tmp_path / "quoted.txt"
+    path.write_text('He said "a problem well put is half solved." Amara\'s tortoise is named Pixel.\n')
+    index = SentenceIndex(load_document(path))
+    assert [s.text for s in index.sentences] == [
+        'He said "a problem well put is half solved."',
+        "Amara's tortoise is named Pixel.",
+    ]
+    assert index.search("Amara tortoise name")[0].text == "Amara's tortoise is named Pixel."
