@@ -30,6 +30,8 @@ class Request:
     arrival: float = field(default_factory=time.perf_counter)
     # scheduling state
     cached_len: int = 0  # prompt tokens served from the cache (reported)
+    tier_tokens: int = 0  # of which loaded from the KV tier's store for this request
+    storage_backend: str | None = None  # the engine's tier backend, when it has one
     tree_len: int = 0  # leading positions whose slots the tree owns (locked through last_node)
     last_node: TreeNode | None = None  # locked while the request runs
     slots: list[int] = field(default_factory=list)  # KV slot per position (cached + reserved)
@@ -62,7 +64,7 @@ class Request:
         return meta
 
     def _meta(self, now: float) -> dict[str, Any]:
-        return {
+        meta = {
             "id": self.rid,
             "prompt_tokens": len(self.input_ids),
             "completion_tokens": len(self.output_ids),
@@ -71,6 +73,15 @@ class Request:
             "e2e_latency": now - self.arrival,
             "ttft": (self.first_token_time or now) - self.arrival,
         }
+        if self.storage_backend is not None and self.cached_len:
+            # SGLang HiCache's breakdown (present on a hit): pool, host memory (none here), storage
+            meta["cached_tokens_details"] = {
+                "device": self.cached_len - self.tier_tokens,
+                "host": 0,
+                "storage": self.tier_tokens,
+                "storage_backend": self.storage_backend,
+            }
+        return meta
 
     def result(self, now: float) -> dict[str, Any]:
         return {"text": self.text, "output_ids": list(self.output_ids), "meta_info": self.meta_info(now)}

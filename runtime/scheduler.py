@@ -22,6 +22,7 @@ import time
 import weakref
 from collections import deque
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -32,6 +33,9 @@ from runtime.meters import ServeMeters
 from runtime.model import LlamaModel, Segment, SpareBuffers
 from runtime.request import Request
 from runtime.sampling import SamplingParams
+
+if TYPE_CHECKING:
+    from runtime.cache.tier.hooks import TierHooks
 
 log = logging.getLogger("radixagent.scheduler")
 
@@ -113,6 +117,8 @@ class Scheduler:
         self.meters = ServeMeters()
         self.aborted = 0  # requests finished by abort() or a client leaving
         self._retiring: threading.Thread | None = None  # a retired worker may still be unwinding
+        #: the KV tier's hooks (runtime/cache/tier/hooks.py), set by the engine when it has one
+        self.tier: TierHooks | None = None
         # A weak reference: the hook must not keep a dropped engine (weights, pool) alive.
         atexit.register(_close_at_exit, weakref.ref(self))
 
@@ -148,6 +154,8 @@ class Scheduler:
         with self._worker_lock:
             if self.closed or not self.inbox.empty() or self.waiting or self.running or self.swap:
                 return False
+            if self.tier is not None and self.tier.next_due_in() is not None:
+                return False  # a prefetch is scheduled: stay to run it
             self._retiring, self.thread = self.thread, None
             return True
 
@@ -209,6 +217,8 @@ class Scheduler:
         self.model = swap.model
         self.weights_version += 1
         self.cache.reset()  # nothing is locked: no request runs
+        if self.tier is not None:
+            self.tier.refingerprint(swap.model)  # pages stored under the old weights become unreachable
         swap.paused = len(self.waiting)
         self.swap = None
         swap.done.set()
@@ -220,11 +230,13 @@ class Scheduler:
     # ---- the loop ---------------------------------------------------------------------
     def _loop(self) -> None:
         while True:
-            if not self.wake.wait(IDLE_EXIT_S) and self._retire_if_idle():
+            if not self.wake.wait(self._idle_wait()) and self._retire_if_idle():
                 return
             with self.lock:
                 self.wake.clear()
                 self._drain_inbox()
+                if self.tier is not None and not self.closed:
+                    self.tier.run_due(self.cache, self.pool, self._alloc)  # session prefetches
                 if self.closed:
                     with self._worker_lock:  # no submit can slip in after this drain
                         self._drain_inbox()
@@ -238,6 +250,10 @@ class Scheduler:
                 if self.waiting or self.running or self.swap is not None or not self.inbox.empty():
                     self.wake.set()
             time.sleep(0)  # hand the lock to API threads (stats, flush, session events) between steps
+
+    def _idle_wait(self) -> float:
+        due = self.tier.next_due_in() if self.tier is not None else None
+        return IDLE_EXIT_S if due is None else min(IDLE_EXIT_S, due)
 
     def _drain_inbox(self) -> None:
         while not self.inbox.empty():
@@ -368,6 +384,17 @@ class Scheduler:
         """Match the cached prefix, lock it, copy its KV into the request's buffer."""
         req.weights_version = self.weights_version
         if self.cache_enabled and req.use_cache:
+            if self.tier is not None:  # tier hook: stored pages beyond the tree's prefix go into it first
+                req.storage_backend = self.tier.backend
+                req.tier_tokens = self.tier.extend(
+                    self.cache,
+                    self.pool,
+                    req.input_ids[: self._match_limit(req)],
+                    req.namespace,
+                    self._alloc,
+                    req.priority,
+                    req.session_id,
+                )
             match = self.cache.match_prefix(
                 req.input_ids[: self._match_limit(req)], req.namespace, req.session_id
             )
@@ -432,6 +459,8 @@ class Scheduler:
         self.pool.free(req.slots[req.tree_len : present])  # computed twice: keep the tree's copy
         match = self.cache.find_node(key, req.namespace)
         assert match.length == upto, "tree lost a just-inserted path"
+        if self.tier is not None:  # tier hook: write_through stores what was just published
+            self.tier.on_publish(req.namespace, key, match.slots, present)
         self.cache.lock(match.node)
         self.cache.unlock(req.last_node)
         req.last_node, req.slots, req.tree_len = match.node, match.slots + req.slots[upto:], upto
@@ -502,6 +531,8 @@ class Scheduler:
     def _release(self, req: Request) -> None:
         """Give the computed KV to the tree (or back to the pool) and drop the lock."""
         computed = req.kv.length if req.kv is not None else 0
+        if self.tier is not None and req.session_id is not None and computed:  # what a prefetch reloads
+            self.tier.remember(req.session_id, req.namespace, (req.input_ids + req.output_ids)[:computed])
         # An aborted request's computed KV is as valid as a finished one's: SGLang inserts it too.
         if self._may_insert(req) and req.last_node is not None and computed > 0:
             self._publish(req, computed)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -92,6 +92,9 @@ class RadixCache:
         self.evictable_size = 0  # tokens in unlocked nodes
         self.protected_size = 0  # tokens in locked nodes
         self._leaves_set: set[TreeNode] = set()  # non-root leaves, kept so eviction never walks the tree
+        #: KV tier hook (runtime/cache/tier/hooks.py): called with a leaf about to be evicted while
+        #: its slots and its ancestors' still hold K/V, so it can be demoted instead of dropped
+        self.on_evict: Callable[[TreeNode], None] | None = None
 
     # ---- lookup -------------------------------------------------------------------------
     def root(self, namespace: str) -> TreeNode:
@@ -256,6 +259,8 @@ class RadixCache:
 
     def _remove_leaf(self, node: TreeNode) -> int:
         assert node.parent is not None and node.is_leaf and node.lock_ref == 0
+        if self.on_evict is not None:
+            self.on_evict(node)
         self.allocator.free(node.value)
         parent = node.parent
         del parent.children[node.key[0]]
