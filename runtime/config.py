@@ -51,8 +51,10 @@ class EngineConfig:
     hicache_storage_dir: str | None = None
     #: GB the file backend may hold on disk (least recently used pages go first)
     hicache_size: float = 4.0
-    #: write_back (on eviction) or write_through (on every publish)
-    hicache_write_policy: str = "write_back"
+    #: write_back (on eviction) or write_through (on every publish); None: write_back with the
+    #: file backend (a local tier only helps after eviction), write_through with redis (another
+    #: worker can only hit what was written: evals/bench_tier.py measures both)
+    hicache_write_policy: str | None = None
     #: the redis backend's server (our extension; SGLang configures its backends by extra config)
     hicache_storage_url: str = "redis://127.0.0.1:6379/0"
     #: tokens per stored page
@@ -87,6 +89,9 @@ class EngineConfig:
             problems.append("chunked_prefill_size must be >= 16")
         if not 0 < self.mem_fraction <= 0.9:
             problems.append("mem_fraction must be in (0, 0.9]")
+        if self.hicache_write_policy is None:
+            shared = self.hicache_storage_backend == "redis"
+            object.__setattr__(self, "hicache_write_policy", "write_through" if shared else "write_back")
         if self.enable_hierarchical_cache:
             problems += hicache_problems(self)
         if problems:

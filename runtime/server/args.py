@@ -174,7 +174,12 @@ def _tier_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--hicache-storage-backend", default="file", choices=("file", "redis"))
     g.add_argument("--hicache-storage-dir", default=None, help="directory of the file backend")
     g.add_argument("--hicache-size", type=float, default=4.0, help="GB the file backend may hold")
-    g.add_argument("--hicache-write-policy", default="write_back", choices=("write_back", "write_through"))
+    g.add_argument(
+        "--hicache-write-policy",
+        default=None,
+        choices=("write_back", "write_through"),
+        help="default: write_back for file, write_through for redis",
+    )
     g.add_argument("--hicache-storage-url", default="redis://127.0.0.1:6379/0", help="the redis backend")
     g.add_argument("--hicache-page-tokens", type=int, default=64, help="tokens per stored page")
     g.add_argument("--disable-hicache-prefetch", action="store_true", help="no session-aware prefetch")
