@@ -89,9 +89,6 @@ class EngineConfig:
             problems.append("chunked_prefill_size must be >= 16")
         if not 0 < self.mem_fraction <= 0.9:
             problems.append("mem_fraction must be in (0, 0.9]")
-        if self.hicache_write_policy is None:
-            shared = self.hicache_storage_backend == "redis"
-            object.__setattr__(self, "hicache_write_policy", "write_through" if shared else "write_back")
         if self.enable_hierarchical_cache:
             problems += hicache_problems(self)
         if problems:
@@ -108,7 +105,7 @@ def hicache_problems(cfg: EngineConfig) -> list[str]:
         problems.append("hicache_storage_dir is required with hicache_storage_backend file")
     if not cfg.hicache_size > 0:
         problems.append("hicache_size (GB) must be > 0")
-    if cfg.hicache_write_policy not in WRITE_POLICIES:
+    if cfg.hicache_write_policy is not None and cfg.hicache_write_policy not in WRITE_POLICIES:
         problems.append(f"hicache_write_policy must be one of {WRITE_POLICIES}")
     if cfg.hicache_page_tokens < 1:
         problems.append("hicache_page_tokens must be >= 1")

@@ -211,6 +211,12 @@ def _write(pool: Any, slots: list[int], got: Fetched) -> None:
         pos += n
 
 
+def default_write_policy(backend: str) -> str:
+    """A local tier only helps after eviction (write_back costs nothing until then); another
+    worker can only hit what was written, so a shared tier writes through."""
+    return "write_through" if backend == "redis" else "write_back"
+
+
 def build_hooks(config: Any, pool: Any, model: Any, name: str, policy: Any) -> TierHooks:
     """The tier an EngineConfig asks for. With the session policy, dead nodes are dropped."""
     from runtime.cache.session_policy import DEAD, SessionPolicy
@@ -218,7 +224,7 @@ def build_hooks(config: Any, pool: Any, model: Any, name: str, policy: Any) -> T
     tier_config = TierConfig(
         backend=config.hicache_storage_backend,
         page_tokens=config.hicache_page_tokens,
-        write_policy=config.hicache_write_policy,
+        write_policy=config.hicache_write_policy or default_write_policy(config.hicache_storage_backend),
         prefetch=config.hicache_prefetch,
     )
     tier = KVTier(make_store(config), tier_config, pool, model_fingerprint(model, name, pool.fmt.name))
