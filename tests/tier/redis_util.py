@@ -6,6 +6,7 @@ import shutil
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -57,3 +58,12 @@ class RedisServer:
             self.proc.terminate()
             self.proc.wait(timeout=10)
             self.proc = None
+
+
+def running_redis(tmp_path: Path) -> Iterator[RedisServer]:
+    """Body of a test module's `redis_server` fixture (tests/tier has no conftest.py: other
+    directories' tests import their own `conftest` by that module name)."""
+    server = RedisServer(tmp_path)
+    server.start()
+    yield server
+    server.stop()

@@ -7,7 +7,14 @@ import logging
 import time
 
 import pytest
+from redis_util import running_redis
 from test_engine_tier import GREEDY, evict_all, stored_len, tiered
+
+
+@pytest.fixture
+def redis_server(tmp_path):
+    yield from running_redis(tmp_path)
+
 
 pytestmark = pytest.mark.slow
 

@@ -2,7 +2,15 @@ from __future__ import annotations
 
 import logging
 
+import pytest
+from redis_util import running_redis
+
 from runtime.cache.tier.redis_store import RedisStore
+
+
+@pytest.fixture
+def redis_server(tmp_path):
+    yield from running_redis(tmp_path)
 
 
 def test_put_get_contains(redis_server):
