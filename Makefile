@@ -7,7 +7,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup demo test lint bench bench-peers-setup bench-gpu test-sglang stress clean
+.PHONY: setup demo test lint bench bench-tier bench-peers-setup bench-gpu test-sglang stress clean
 
 setup: $(STAMP)
 
@@ -37,6 +37,12 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m evals.bench --out docs/benchmarks.md
 	$(PY) -m evals.bench_memory --seconds 60 --json docs/bench-memory.json
+	if [ "$(BENCH_TIER)" = 1 ]; then $(MAKE) bench-tier; fi
+
+# The KV tier (optional section of `make bench BENCH_TIER=1`; its cluster part needs redis-server):
+# reload vs recompute, write policies, prefetch, 2 workers on a shared Redis tier, eviction workload.
+bench-tier: $(STAMP)
+	$(PY) -m evals.bench_tier --out docs/bench_tier.md
 
 # llama.cpp for the peer comparison, in its own venv: never a project dependency (~7 min build).
 bench-peers-setup:

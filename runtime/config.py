@@ -42,6 +42,25 @@ class EngineConfig:
     mem_fraction: float = 0.25
     served_model_name: str | None = None
     seed: int = 0
+    #: a second KV tier below the pool (SGLang's HiCache flags; runtime/cache/tier/): evicted
+    #: prefixes are written to the storage backend and loaded back instead of recomputed
+    enable_hierarchical_cache: bool = False
+    #: file | redis (shared across workers)
+    hicache_storage_backend: str = "file"
+    #: the file backend's directory (required with it)
+    hicache_storage_dir: str | None = None
+    #: GB the file backend may hold on disk (least recently used pages go first)
+    hicache_size: float = 4.0
+    #: write_back (on eviction) or write_through (on every publish); None: write_back with the
+    #: file backend (a local tier only helps after eviction), write_through with redis (another
+    #: worker can only hit what was written: evals/bench_tier.py measures both)
+    hicache_write_policy: str | None = None
+    #: the redis backend's server (our extension; SGLang configures its backends by extra config)
+    hicache_storage_url: str = "redis://127.0.0.1:6379/0"
+    #: tokens per stored page
+    hicache_page_tokens: int = 64
+    #: load a waiting session's prefix back before its tool is expected to return
+    hicache_prefetch: bool = True
 
     def __post_init__(self) -> None:
         problems = []
@@ -70,8 +89,29 @@ class EngineConfig:
             problems.append("chunked_prefill_size must be >= 16")
         if not 0 < self.mem_fraction <= 0.9:
             problems.append("mem_fraction must be in (0, 0.9]")
+        if self.enable_hierarchical_cache:
+            problems += hicache_problems(self)
         if problems:
             raise ValueError("invalid engine config: " + "; ".join(problems))
+
+
+def hicache_problems(cfg: EngineConfig) -> list[str]:
+    from runtime.cache.tier.tier import BACKENDS, WRITE_POLICIES
+
+    problems = []
+    if cfg.hicache_storage_backend not in BACKENDS:
+        problems.append(f"hicache_storage_backend must be one of {BACKENDS}")
+    if cfg.hicache_storage_backend == "file" and not cfg.hicache_storage_dir:
+        problems.append("hicache_storage_dir is required with hicache_storage_backend file")
+    if not cfg.hicache_size > 0:
+        problems.append("hicache_size (GB) must be > 0")
+    if cfg.hicache_write_policy is not None and cfg.hicache_write_policy not in WRITE_POLICIES:
+        problems.append(f"hicache_write_policy must be one of {WRITE_POLICIES}")
+    if cfg.hicache_page_tokens < 1:
+        problems.append("hicache_page_tokens must be >= 1")
+    if cfg.disable_radix_cache:
+        problems.append("enable_hierarchical_cache needs the radix cache (drop disable_radix_cache)")
+    return problems
 
 
 def torchao_problems(config: str, device: str, dtype: str) -> list[str]:

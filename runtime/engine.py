@@ -8,7 +8,7 @@ import time
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -31,6 +31,9 @@ from runtime.sampling import Sampler, SamplingParams
 from runtime.scheduler import Scheduler
 from runtime.snapshot import EngineSnapshot
 from runtime.threads import in_fresh_thread
+
+if TYPE_CHECKING:  # the tier's modules (and the redis client) load only when it is enabled
+    from runtime.cache.tier.hooks import TierHooks
 
 log = logging.getLogger("radixagent.engine")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -161,9 +164,9 @@ class Engine:
         self.pool = KVPool(size, mc.layers, mc.kv_heads, mc.head_dim, fmt, cfg.device)
         self.sessions = SessionRegistry(clock=time.monotonic)
         kwargs = {"sessions": self.sessions} if cfg.radix_eviction_policy == "session" else {}
-        tree = RadixCache(self.pool, make_policy(cfg.radix_eviction_policy, **kwargs))
+        policy = make_policy(cfg.radix_eviction_policy, **kwargs)
         manager = NoCacheManager if cfg.disable_radix_cache else RadixCacheManager
-        self.manager = manager(tree, PooledKV(self.pool))
+        self.manager = manager(RadixCache(self.pool, policy), PooledKV(self.pool))
         self.scheduler = Scheduler(
             self.model,
             self.manager,
@@ -173,6 +176,12 @@ class Engine:
             cfg.chunked_prefill_size,
             self.sessions,
         )
+        self.tier: TierHooks | None = None
+        if cfg.enable_hierarchical_cache:  # the KV tier (runtime/cache/tier/hooks.py): the manager calls it
+            from runtime.cache.tier.hooks import build_hooks
+
+            self.tier = build_hooks(cfg, self.pool, self.model, self.model_name, policy)
+            self.manager.attach_tier(self.tier)
 
     @property
     def cache(self) -> RadixCache:
@@ -441,6 +450,23 @@ class Engine:
                 )
             except UnknownSession:
                 raise UnknownSession(f"session {session_id!r} is not open") from None  # never the scoped key
+        if self.tier is not None:
+            self._tier_session_event(session_key(salt, session_id), event, info.get("expected_s"))
+
+    def _tier_session_event(self, key: str, event: str, expected_s: Any) -> None:
+        """Prefetch: a tool wait with an expected duration loads the session's context back just
+        before it returns; `resume` (the tool returned) loads it now; close / abandon cancel."""
+        assert self.tier is not None
+        if event == "tool_wait" and expected_s is not None:
+            self.tier.schedule(key, float(expected_s))
+        elif event == "resume":
+            self.tier.schedule(key, 0.0)
+        elif event in ("close", "abandon"):
+            self.tier.cancel(key)
+            return
+        else:
+            return
+        self.scheduler._wake_worker()  # the worker times its wait to the prefetch
 
     def session_is_open(self, session_id: str, cache_salt: str | None = None) -> bool:
         with self.scheduler.lock:
@@ -479,7 +505,17 @@ class Engine:
                 "last_prefill_hit_rate": self.scheduler.meters.last_prefill_hit_rate,
                 "aborted_requests": self.scheduler.aborted,
                 "weights_version": self.scheduler.weights_version,
+                **self._tier_stats(),
             }
+
+    def _tier_stats(self) -> dict[str, Any]:
+        if self.tier is None:
+            return {}
+        t = self.tier.tier.stats()
+        flat = {f"tier_{k}": t[k] for k in ("hits", "loaded_tokens", "demoted_tokens", "bytes_read",
+                                            "bytes_written", "load_time_s", "write_time_s",
+                                            "corrupt_pages", "prefetched_tokens")}  # fmt: skip
+        return {**flat, "tier": t}
 
     def _kv_memory(self) -> dict[str, int]:
         """K/V bytes held: the preallocated pool only. Running requests read and write their K/V
@@ -525,6 +561,8 @@ class Engine:
         if not self._closed:
             self._closed = True
             self.scheduler.close()
+            if getattr(self, "tier", None) is not None:
+                self.tier.close()
 
     def __enter__(self) -> Engine:
         return self

@@ -32,6 +32,8 @@ class Request:
     cached_len: int = 0  # prompt tokens served from the cache (reported)
     lease: Lease | None = None  # its hold on the cache manager while it runs
     evicted_len: int = 0  # prompt tokens after cached_len the tree held and evicted (issue 19)
+    tier_tokens: int = 0  # of which loaded from the KV tier's store for this request
+    storage_backend: str | None = None  # the engine's tier backend, when it has one
     output_ids: list[int] = field(default_factory=list)
     first_token_time: float | None = None
     finish_reason: dict[str, Any] | None = None
@@ -67,7 +69,7 @@ class Request:
         return meta
 
     def _meta(self, now: float) -> dict[str, Any]:
-        return {
+        meta = {
             "id": self.rid,
             "prompt_tokens": len(self.input_ids),
             "completion_tokens": len(self.output_ids),
@@ -79,6 +81,15 @@ class Request:
             "evicted_prefix_tokens": self.evicted_len,
             "prefix_cache": self.use_cache and self.logprob is None,  # logprob requests match nothing
         }
+        if self.storage_backend is not None and self.cached_len:
+            # SGLang HiCache's breakdown (present on a hit): pool, host memory (none here), storage
+            meta["cached_tokens_details"] = {
+                "device": self.cached_len - self.tier_tokens,
+                "host": 0,
+                "storage": self.tier_tokens,
+                "storage_backend": self.storage_backend,
+            }
+        return meta
 
     def result(self, now: float) -> dict[str, Any]:
         return {"text": self.text, "output_ids": list(self.output_ids), "meta_info": self.meta_info(now)}

@@ -142,6 +142,8 @@ class Scheduler:
         with self._worker_lock:
             if self.closed or not self.inbox.empty() or self.waiting or self.running or self.swap:
                 return False
+            if self.manager.tier is not None and self.manager.tier.next_due_in() is not None:
+                return False  # a prefetch is scheduled: stay to run it
             self._retiring, self.thread = self.thread, None
             return True
 
@@ -203,6 +205,8 @@ class Scheduler:
         self.model = swap.model
         self.weights_version += 1
         self.manager.reset()  # nothing is locked: no request runs
+        if self.manager.tier is not None:
+            self.manager.tier.refingerprint(swap.model)  # pages stored under the old weights become unreachable
         swap.paused = len(self.waiting)
         self.swap = None
         swap.done.set()
@@ -210,11 +214,13 @@ class Scheduler:
     # ---- the loop ---------------------------------------------------------------------
     def _loop(self) -> None:
         while True:
-            if not self.wake.wait(IDLE_EXIT_S) and self._retire_if_idle():
+            if not self.wake.wait(self._idle_wait()) and self._retire_if_idle():
                 return
             with self.lock:
                 self.wake.clear()
                 self._drain_inbox()
+                if self.manager.tier is not None and not self.closed:
+                    self.manager.prefetch_due()  # session prefetches, on this thread like every torch op
                 if self.closed:
                     with self._worker_lock:  # no submit can slip in after this drain
                         self._drain_inbox()
@@ -228,6 +234,10 @@ class Scheduler:
                 if self.waiting or self.running or self.swap is not None or not self.inbox.empty():
                     self.wake.set()
             time.sleep(0)  # hand the lock to API threads (stats, flush, session events) between steps
+
+    def _idle_wait(self) -> float:
+        due = self.manager.tier.next_due_in() if self.manager.tier is not None else None
+        return IDLE_EXIT_S if due is None else min(IDLE_EXIT_S, due)
 
     def _drain_inbox(self) -> None:
         while not self.inbox.empty():
@@ -365,6 +375,8 @@ class Scheduler:
         )
         req.cached_len = req.lease.cached_len
         req.evicted_len = req.lease.evicted_len
+        req.tier_tokens = req.lease.tier_len
+        req.storage_backend = self.manager.tier.backend if self.manager.tier is not None else None
         req.use_cache = req.lease.shares  # what is reported: False under the uncached baseline too
 
     def _build_batch(self) -> tuple[list[Segment], list[Request]]:

@@ -28,10 +28,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from runtime.cache.kv_pool import SlotAllocator
 from runtime.cache.radix import CacheCounters, RadixCache, TreeNode
+
+if TYPE_CHECKING:
+    from runtime.cache.tier.hooks import TierHooks
 
 
 class RequestKV(Protocol):
@@ -56,6 +59,7 @@ class Lease:
     shares: bool  # matches and inserts (False: uncached baseline or prefix_cache=False)
     cached_len: int = 0  # prompt tokens served from the tree (what the request reports)
     evicted_len: int = 0  # key tokens after cached_len the tree held and evicted (miss causes)
+    tier_len: int = 0  # of cached_len, tokens loaded from the KV tier's store for this lease
     tree_len: int = 0  # leading positions whose slots the tree owns, locked through `node`
     node: TreeNode | None = None  # deepest locked node (None when the lease never shares)
     slots: list[int] = field(default_factory=list)  # one KV slot per position (cached + reserved)
@@ -96,6 +100,7 @@ class RadixCacheManager:
         self.kv = kv
         self.hooks = hooks or CacheHooks()
         tree.on_evict = self.hooks.on_evict
+        self.tier: TierHooks | None = None  # the second KV tier, once `attach_tier` installs it
         self.leases: set[Lease] = set()
 
     # ---- reading ------------------------------------------------------------------------
@@ -122,6 +127,10 @@ class RadixCacheManager:
         error nothing stays locked or taken."""
         lease = Lease(namespace, session_id, priority, self.shares(share))
         if lease.shares:
+            if self.tier is not None:  # stored pages continuing the tree's prefix go into it first
+                lease.tier_len = self.tier.extend(
+                    self.tree, self.pool, key, namespace, self._alloc_anywhere, priority, session_id
+                )
             match = self.tree.match_prefix(key, namespace, session_id)
             lease.node, lease.slots = match.node, list(match.slots)
             lease.cached_len = lease.tree_len = match.length
@@ -156,6 +165,8 @@ class RadixCacheManager:
         # positions it held before were computed twice: the request keeps reading its own copy
         # (another chunking may round a row differently), those slots are freed at release.
         lease.dups += lease.slots[lease.tree_len : done.present]
+        if self.tier is not None:  # write_through stores what was just published
+            self.tier.on_publish(lease.namespace, key, done.slots, done.present)
         self.tree.lock(done.node)
         self.tree.unlock(lease.node)
         lease.node, lease.tree_len = done.node, upto
@@ -165,6 +176,8 @@ class RadixCacheManager:
         unlock, hand the buffer back. The lease is dead afterwards."""
         if insert and computed > 0:
             self.publish(lease, ids, computed)
+        if self.tier is not None and lease.shares and lease.session_id is not None and computed > 0:
+            self.tier.remember(lease.session_id, lease.namespace, list(ids[:computed]))  # prefetch
         self._drop(lease)
 
     def _drop(self, lease: Lease) -> None:
@@ -183,6 +196,29 @@ class RadixCacheManager:
         if n > self.pool.available:
             self.evict(n - self.pool.available)
         return self.pool.alloc(n, behind[-1] if behind else None)
+
+    def _alloc_anywhere(self, n: int) -> list[int]:
+        return self._alloc(n, [])
+
+    # ---- the second tier ----------------------------------------------------------------
+    def attach_tier(self, tier: TierHooks) -> None:
+        """Install the KV tier (runtime/cache/tier/hooks.py): evicted leaves are demoted to its
+        store before their slots are freed, `start` loads stored pages continuing the tree's
+        prefix, `publish` writes through when its policy says so, `release` remembers each
+        session's context for prefetch. All of it runs on the caller's (worker) thread."""
+        self.tier = tier
+        previous = self.tree.on_evict
+
+        def on_evict(node: TreeNode) -> None:
+            tier.on_evict(node)
+            if previous is not None:
+                previous(node)
+
+        self.tree.on_evict = on_evict
+
+    def prefetch_due(self) -> int:
+        """Load the contexts of sessions whose tool is about to return; returns tokens loaded."""
+        return 0 if self.tier is None else self.tier.run_due(self.tree, self.pool, self._alloc_anywhere)
 
     def evict(self, num_tokens: int) -> int:
         """Free at least `num_tokens` slots from unlocked leaves, lowest priority first."""

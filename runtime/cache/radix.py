@@ -99,7 +99,8 @@ class RadixCache:
         self.evictable_size = 0  # tokens in unlocked nodes
         self.protected_size = 0  # tokens in locked nodes
         self._leaves_set: set[TreeNode] = set()  # non-root leaves, kept so eviction never walks the tree
-        #: called with each leaf about to be evicted (its slots still hold its KV): tiered storage
+        #: called with each leaf about to be evicted while its slots and its ancestors' still hold
+        #: K/V: the KV tier demotes it instead of dropping it (runtime/cache/tier/hooks.py)
         self.on_evict: Callable[[TreeNode], None] | None = None
         # misses (issue 19): what was evicted, to report per request what it would have matched
         self.evictions: EvictionRecord | None = EvictionRecord(4 * allocator.size)

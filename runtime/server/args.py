@@ -180,7 +180,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--trace-max-bytes", type=int, default=16 * 2**20, help="rotate a trace file past this size"
     )
+    p.add_argument(
+        "--worker-id",
+        default=None,
+        help="a name for this worker, reported as meta_info.worker_id (radixagent cluster sets it)",
+    )
+    _tier_flags(p)
     return p
+
+
+def _tier_flags(p: argparse.ArgumentParser) -> None:
+    """SGLang HiCache's flag names (runtime/cache/tier/); --hicache-storage-url is ours."""
+    g = p.add_argument_group("KV tier (hierarchical cache)")
+    g.add_argument("--enable-hierarchical-cache", action="store_true", help="spill evicted KV to a store")
+    g.add_argument("--hicache-storage-backend", default="file", choices=("file", "redis"))
+    g.add_argument("--hicache-storage-dir", default=None, help="directory of the file backend")
+    g.add_argument("--hicache-size", type=float, default=4.0, help="GB the file backend may hold")
+    g.add_argument(
+        "--hicache-write-policy",
+        default=None,
+        choices=("write_back", "write_through"),
+        help="default: write_back for file, write_through for redis",
+    )
+    g.add_argument("--hicache-storage-url", default="redis://127.0.0.1:6379/0", help="the redis backend")
+    g.add_argument("--hicache-page-tokens", type=int, default=64, help="tokens per stored page")
+    g.add_argument("--disable-hicache-prefetch", action="store_true", help="no session-aware prefetch")
 
 
 def _tool_formats() -> list[str]:
@@ -211,6 +235,17 @@ def engine_config(ns: argparse.Namespace) -> dict[str, Any]:
         "max_queue": ns.max_queue,
         "served_model_name": ns.served_model_name,
     }
+    if ns.enable_hierarchical_cache:
+        config |= {
+            "enable_hierarchical_cache": True,
+            "hicache_storage_backend": ns.hicache_storage_backend,
+            "hicache_storage_dir": ns.hicache_storage_dir,
+            "hicache_size": ns.hicache_size,
+            "hicache_write_policy": ns.hicache_write_policy,
+            "hicache_storage_url": ns.hicache_storage_url,
+            "hicache_page_tokens": ns.hicache_page_tokens,
+            "hicache_prefetch": not ns.disable_hicache_prefetch,
+        }
     keep_false = {"disable_radix_cache"}
     return {k: v for k, v in config.items() if v is not None or k in keep_false}
 

@@ -29,6 +29,16 @@ _COUNTERS = (
     ("inserts", "inserts", "Insertions into the radix tree."),
     ("evictions", "evictions", "Nodes evicted from the radix tree."),
     ("evicted_tokens", "evicted_tokens", "Tokens evicted from the radix tree."),
+    # the KV tier (--enable-hierarchical-cache), present only when it is on
+    ("tier_hits", "tier_hits", "Requests that loaded prefix pages from the KV tier."),
+    ("tier_loaded_tokens", "tier_loaded_tokens", "Tokens loaded from the KV tier instead of recomputed."),
+    ("tier_demoted_tokens", "tier_demoted_tokens", "Tokens written to the KV tier."),
+    ("tier_bytes_read", "tier_bytes_read", "Bytes read from the KV tier's store."),
+    ("tier_bytes_written", "tier_bytes_written", "Bytes written to the KV tier's store."),
+    ("tier_load_time_s", "tier_load_seconds", "Seconds spent loading pages from the KV tier."),
+    ("tier_write_time_s", "tier_write_seconds", "Seconds spent writing pages to the KV tier."),
+    ("tier_corrupt_pages", "tier_corrupt_pages", "Stored pages rejected by verification (recomputed)."),
+    ("tier_prefetched_tokens", "tier_prefetched_tokens", "Tokens prefetched for sessions waiting on tools."),
 )
 _GAUGES = (
     ("hit_rate", "cache_hit_rate", "cached_tokens / prompt_tokens since start."),

@@ -1,0 +1,234 @@
+"""Where the tier meets the engine: three small hooks the scheduler and radix tree call.
+
+- `on_evict(node)`: the radix tree calls it for a leaf about to be evicted, while its slots (and
+  its ancestors') still hold K/V. Session-aware: a node the session policy judges dead (every
+  session that used it closed it or rolled back past it) is dropped, the rest demoted.
+- `extend(cache, ids, namespace, ...)`: the scheduler calls it before matching a request. When
+  the store continues the tree's resident prefix, those pages are written into fresh pool slots
+  and inserted into the tree, so the ordinary match that follows serves them. Returns the number
+  of tokens loaded (reported as `cached_tokens_details.storage`).
+- `on_publish(namespace, key, slots, present)`: with `write_through`, every published prefix is
+  written at once (else nothing happens until eviction).
+- Prefetch: `remember(session, namespace, tokens)` keeps each session's latest context;
+  `schedule(session, delay_s)` asks for that context to be loaded back after `delay_s` (a tool
+  wait's expected return minus a lead, or now on `resume`); the worker runs `run_due(...)` each
+  loop turn, so every torch op stays on the engine's thread.
+
+All hooks run on the scheduler's worker thread under its lock (like every tree operation).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from runtime.cache.tier.file_store import FileStore
+from runtime.cache.tier.keys import Fingerprint, weights_digest
+from runtime.cache.tier.redis_store import RedisStore
+from runtime.cache.tier.store import KVStore, log
+from runtime.cache.tier.tier import Fetched, KVTier, TierConfig
+from runtime.errors import PoolExhausted
+
+#: sessions whose latest context is remembered for prefetch (least recently active dropped)
+MAX_REMEMBERED = 4096
+
+
+def model_fingerprint(model: Any, name: str, kv_format: str) -> Fingerprint:
+    cfg = model.cfg
+    desc = f"{name}|{model.dtype}|{getattr(model, 'torchao_config', None)}"
+    geometry = (cfg.layers, cfg.kv_heads, cfg.head_dim)
+    return Fingerprint.of(desc, kv_format, geometry, weights_digest(_tensors(model)))
+
+
+def _tensors(obj: Any, prefix: str = "", depth: int = 0, seen: set[int] | None = None) -> list:
+    """(name, tensor) pairs reachable from a model object through attributes, lists and dicts."""
+    seen = set() if seen is None else seen
+    if id(obj) in seen or depth > 5:
+        return []
+    seen.add(id(obj))
+    if isinstance(obj, torch.Tensor):
+        return [(prefix, obj)]
+    if hasattr(obj, "state_dict") and callable(obj.state_dict) and depth > 0:
+        return [(f"{prefix}.{k}", v) for k, v in obj.state_dict().items()]
+    if isinstance(obj, (list, tuple)):
+        items = enumerate(obj)
+    elif isinstance(obj, dict):
+        items = obj.items()
+    else:
+        fields = getattr(obj, "__dict__", None) or {
+            s: getattr(obj, s) for s in getattr(type(obj), "__slots__", ()) if hasattr(obj, s)
+        }
+        items = fields.items()
+    out = []
+    for k, v in items:
+        container = isinstance(v, (torch.Tensor, list, tuple, dict))
+        obj = hasattr(v, "__dict__") or hasattr(v, "__slots__")
+        if container or (obj and (not callable(v) or hasattr(v, "state_dict"))):  # not bound methods
+            out += _tensors(v, f"{prefix}.{k}", depth + 1, seen)
+    return out
+
+
+def make_store(config: Any) -> KVStore:
+    """The backend named by an EngineConfig's hicache_* fields."""
+    if config.hicache_storage_backend == "redis":
+        return RedisStore(config.hicache_storage_url)
+    size = int(config.hicache_size * 2**30)
+    return FileStore(config.hicache_storage_dir, size)
+
+
+class TierHooks:
+    def __init__(
+        self, tier: KVTier, demote_filter: Callable[[Any], bool] | None = None, model_name: str = ""
+    ) -> None:
+        self.tier = tier
+        self.model_name = model_name
+        self.demote_filter = demote_filter
+        self._contexts: OrderedDict[str, tuple[str, list[int]]] = OrderedDict()
+        self._due: dict[str, float] = {}
+        self._due_lock = threading.Lock()  # schedule() comes from API threads
+
+    @property
+    def backend(self) -> str:
+        return self.tier.store.name
+
+    def refingerprint(self, model: Any) -> None:
+        """After a weights swap: keys follow the new weights."""
+        self.tier.set_fingerprint(model_fingerprint(model, self.model_name, self.tier.pool.fmt.name))
+
+    # ---- pool -> store --------------------------------------------------------------------
+    def on_evict(self, node: Any) -> None:
+        if self.demote_filter is not None and not self.demote_filter(node):
+            self.tier.counters.dropped_tokens += len(node.key)
+            return
+        tokens, slots = _path(node)
+        self.tier.demote(node.namespace, tokens, slots, start=len(tokens) - len(node.key))
+
+    def on_publish(self, namespace: str, key: Sequence[int], slots: Sequence[int], present: int) -> None:
+        if self.tier.config.write_policy == "write_through" and len(key) > present:
+            self.tier.demote(namespace, key, slots, start=present)
+
+    # ---- store -> pool --------------------------------------------------------------------
+    def extend(
+        self,
+        cache: Any,
+        pool: Any,
+        ids: Sequence[int],
+        namespace: str,
+        alloc: Callable[[int], list[int]],
+        priority: int = 0,
+        session_id: str | None = None,
+    ) -> int:
+        """Load stored pages continuing the tree's prefix of `ids`; returns tokens loaded."""
+        have = cache.cached_length(ids, namespace)
+        got = self.tier.fetch(namespace, ids, have)
+        if got is None:
+            return 0
+        resident = cache.find_node(ids[:have], namespace)  # splits at `have`: its slots cover it
+        cache.lock(resident.node)  # the allocation below may evict: not our own prefix
+        try:
+            slots = alloc(got.tokens)
+        except PoolExhausted:
+            return 0
+        finally:
+            cache.unlock(resident.node)
+        began = time.perf_counter()
+        _write(pool, slots, got)
+        present = cache.insert(ids[: got.end], resident.slots + slots, namespace, priority, session_id).present
+        pool.free(slots[: max(0, present - have)])  # another path got there first (never, single thread)
+        self.tier.note_loaded(got, time.perf_counter() - began)
+        return got.end - max(present, have)
+
+    # ---- prefetch -------------------------------------------------------------------------
+    def remember(self, session: str, namespace: str, tokens: list[int]) -> None:
+        self._contexts[session] = (namespace, tokens)
+        self._contexts.move_to_end(session)
+        while len(self._contexts) > MAX_REMEMBERED:
+            self._contexts.popitem(last=False)
+
+    def schedule(self, session: str, delay_s: float) -> float:
+        """Ask for a prefetch `delay_s` from now; returns the delay actually used."""
+        if not self.tier.config.prefetch:
+            return -1.0
+        delay = max(0.0, delay_s - self.tier.config.prefetch_lead_s)
+        with self._due_lock:
+            self._due[session] = time.monotonic() + delay
+        return delay
+
+    def cancel(self, session: str) -> None:
+        with self._due_lock:
+            self._due.pop(session, None)
+
+    def next_due_in(self) -> float | None:
+        with self._due_lock:
+            return None if not self._due else max(0.0, min(self._due.values()) - time.monotonic())
+
+    def run_due(self, cache: Any, pool: Any, alloc: Callable[[int], list[int]]) -> int:
+        """Prefetch every session whose time has come; returns tokens loaded."""
+        now = time.monotonic()
+        with self._due_lock:
+            due = [s for s, t in self._due.items() if t <= now]
+            for s in due:
+                del self._due[s]
+        loaded = 0
+        for session in due:
+            ctx = self._contexts.get(session)
+            if ctx is None:
+                continue
+            namespace, tokens = ctx
+            n = self.extend(cache, pool, tokens, namespace, alloc, session_id=session)
+            self.tier.counters.prefetches += 1
+            self.tier.counters.prefetched_tokens += n
+            loaded += n
+        if loaded:
+            log.debug("prefetched %d tokens for %d sessions", loaded, len(due))
+        return loaded
+
+    def close(self) -> None:
+        self.tier.store.close()
+
+
+def _path(node: Any) -> tuple[list[int], list[int]]:
+    """Tokens and slots from the namespace root down to `node` (inclusive)."""
+    keys, values = [], []
+    while node is not None and node.parent is not None:
+        keys.append(node.key)
+        values.append(node.value)
+        node = node.parent
+    tokens = [t for k in reversed(keys) for t in k]
+    slots = [s for v in reversed(values) for s in v]
+    return tokens, slots
+
+
+def _write(pool: Any, slots: list[int], got: Fetched) -> None:
+    pos = 0
+    for n, planes in got.chunks():
+        pool.write(slots[pos : pos + n], *planes)
+        pos += n
+
+
+def default_write_policy(backend: str) -> str:
+    """A local tier only helps after eviction (write_back costs nothing until then); another
+    worker can only hit what was written, so a shared tier writes through."""
+    return "write_through" if backend == "redis" else "write_back"
+
+
+def build_hooks(config: Any, pool: Any, model: Any, name: str, policy: Any) -> TierHooks:
+    """The tier an EngineConfig asks for. With the session policy, dead nodes are dropped."""
+    from runtime.cache.session_policy import DEAD, SessionPolicy
+
+    tier_config = TierConfig(
+        backend=config.hicache_storage_backend,
+        page_tokens=config.hicache_page_tokens,
+        write_policy=config.hicache_write_policy or default_write_policy(config.hicache_storage_backend),
+        prefetch=config.hicache_prefetch,
+    )
+    tier = KVTier(make_store(config), tier_config, pool, model_fingerprint(model, name, pool.fmt.name))
+    demote_filter = None
+    if isinstance(policy, SessionPolicy):
+        demote_filter = lambda node: policy.get_priority(node)[0] != DEAD  # noqa: E731
+    return TierHooks(tier, demote_filter, name)
