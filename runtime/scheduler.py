@@ -206,7 +206,9 @@ class Scheduler:
         self.weights_version += 1
         self.manager.reset()  # nothing is locked: no request runs
         if self.manager.tier is not None:
-            self.manager.tier.refingerprint(swap.model)  # pages stored under the old weights become unreachable
+            self.manager.tier.refingerprint(
+                swap.model
+            )  # pages stored under the old weights become unreachable
         swap.paused = len(self.waiting)
         self.swap = None
         swap.done.set()

@@ -22,7 +22,7 @@ from tasks.documents import Document, _bm25, search_terms
 
 #: a sentence ends at . ! or ?, also when a closing quote or bracket follows it ('... solution." Amara')
 _SENTENCE_END = re.compile(r"(?:(?<=[.!?])|(?<=[.!?][\"'\u201d\u2019)]))\s+(?=[A-Z0-9\"'(\u201c\u2018])")
-_NAME = re.compile(r"\b[A-Z][a-z]{2,}\b")
+NAME = re.compile(r"\b[A-Z][a-z]{2,}\b")
 MAX_SENTENCE_WORDS = 48
 #: a runner-up sentence is returned only when it scores at least this fraction of the best
 RUNNER_UP = 0.6
@@ -102,8 +102,8 @@ class SentenceIndex:
         # A runner-up far below the best match is noise a small model might copy from.
         found = [s for score, s in ranked if score >= RUNNER_UP * ranked[0][0]]
         if found:
-            asked = {w.lower() for w in _NAME.findall(f"{query} {question}")}
-            bridge = [n for n in _NAME.findall(found[0].text) if n.lower() not in asked and search_terms(n)]
+            asked = {w.lower() for w in NAME.findall(f"{query} {question}")}
+            bridge = [n for n in NAME.findall(found[0].text) if n.lower() not in asked and search_terms(n)]
             for name in bridge[:1]:
                 extra = [s for _, s in self.rank(f"{name} {question}") if s not in found and name in s.text]
                 found += extra[:1]

@@ -41,7 +41,7 @@ from tasks.citations import Verdict, check_answer
 from tasks.documents import Document, search_terms
 from tasks.outcomes import ItemOutcome, SuiteOptions, SuiteOutcome
 from tasks.output import JsonlSink, progress_bar
-from tasks.passages import Sentence, SentenceIndex, expand_answer, number_paragraphs, sentence_of
+from tasks.passages import NAME, Sentence, SentenceIndex, expand_answer, number_paragraphs, sentence_of
 from tasks.questions import Question
 from tasks.scoring import score_answer
 
@@ -212,12 +212,42 @@ def judge(doc: Document, question: str, answer: str, evidence: Sequence[Sentence
     source = sentence_of(answer, list(evidence))
     if source is None:
         return check_answer(doc, question, answer)
+    onward = next_hop(question, source, evidence)
+    if onward is not None:
+        return Verdict(
+            False, f"that names the link; what the question asks is in [P{onward.paragraph}]", answer
+        )
     chain = [source, *(s for s in evidence if s is not source)]
     refs = ", ".join(f"L{s.first_line}-L{s.last_line}" for s in chain)
     verdict = check_answer(doc, question, f"{answer} ({refs})")
     if verdict.ok:
         return dataclasses.replace(verdict, paragraphs=(source.paragraph,), cited_by="evidence")
     return verdict
+
+
+def next_hop(question: str, source: Sentence, evidence: Sequence[Sentence]) -> Sentence | None:
+    """The evidence sentence a two-hop answer should come from, when `source` is only the link.
+
+    `source` ("Sofia's sister is Omar.") is a link when it holds the question's names ("Sofia"),
+    misses question words ("live") that another evidence sentence covers, and that sentence names
+    someone `source` introduced ("Omar lives in Lisbon.") but none of the question's names. A
+    question the link itself answers ("Who is Sofia's sister?") misses nothing: its answer stands.
+    """
+    asked_names = set(NAME.findall(question))
+    if not asked_names & set(NAME.findall(source.text)):
+        return None
+    missing = set(search_terms(question)) - set(search_terms(source.text))
+    introduced = {n for n in NAME.findall(source.text) if n not in asked_names and search_terms(n)}
+    for other in evidence:
+        names = set(NAME.findall(other.text))
+        if (
+            other is not source
+            and missing & set(search_terms(other.text))
+            and introduced & names
+            and not asked_names & names
+        ):
+            return other
+    return None
 
 
 def salvage_answer(step: Step) -> str | None:

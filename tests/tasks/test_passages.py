@@ -116,3 +116,12 @@ def test_a_sentence_ends_before_a_closing_quote_too(tmp_path: Path):
         "Amara's tortoise is named Pixel.",
     ]
     assert index.search("Amara tortoise name")[0].text == "Amara's tortoise is named Pixel."
+
+
+def test_an_answer_that_only_names_the_link_of_a_two_hop_question_is_rejected(doc):
+    question = "In which city does Dmitri's sister live?"
+    evidence = SentenceIndex(doc).search("Dmitri sister city", question)
+    verdict = judge(doc, question, "Dmitri's sister is Hana", evidence)
+    assert not verdict.ok and "[P4]" in verdict.reason
+    assert judge(doc, question, "Hana lives in Porto", evidence).ok
+    assert judge(doc, "Who is Dmitri's sister?", "Hana", evidence).ok  # the link is the answer here

@@ -138,7 +138,9 @@ class TierHooks:
             cache.unlock(resident.node)
         began = time.perf_counter()
         _write(pool, slots, got)
-        present = cache.insert(ids[: got.end], resident.slots + slots, namespace, priority, session_id).present
+        present = cache.insert(
+            ids[: got.end], resident.slots + slots, namespace, priority, session_id
+        ).present
         pool.free(slots[: max(0, present - have)])  # another path got there first (never, single thread)
         self.tier.note_loaded(got, time.perf_counter() - began)
         return got.end - max(present, have)
