@@ -81,11 +81,15 @@ def render_examples(examples: Sequence[Example]) -> str:
 #: agent's own tools). Measured on the bundled 135M model: without them it calls `add` again on its
 #: own result (17+25, 42+25, 67+25, ...) until max_steps; with them it answers 42 after one call.
 PROTOCOL_EXAMPLES: tuple[Example, ...] = (
-    Example("What is the weather in Oslo?", "Rainy, 8 C", (("get_weather", {"city": "Oslo"}, "Rainy, 8 C"),)),
+    Example(
+        "What is the weather in Oslo?",
+        "Rainy, 8 C",
+        (ExampleCall("get_weather", {"city": "Oslo"}, "Rainy, 8 C"),),
+    ),
     Example(
         "Menu: tea 2.00 dollars, cake 3.50 dollars, soup 5.00 dollars. Use the times tool to find the price of 4 cakes.",
         "14.0",
-        (("times", {"x": 4, "y": 3.5}, "14.0"),),
+        (ExampleCall("times", {"x": 4, "y": 3.5}, "14.0"),),
     ),
 )
 

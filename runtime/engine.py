@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -77,6 +77,7 @@ class Engine:
         self._assemble(model, loaded.tokenizer, loaded.path, loaded.name, self._eos_ids(loaded))
 
     def _build_model(self, loaded: model_files.LoadedModel) -> LlamaModel | HFModel:
+        assert self.config.dtype is not None  # EngineConfig resolves the default in __post_init__
         dtype, device = DTYPES[self.config.dtype], self.config.device
         if loaded.hf_config.model_type in SUPPORTED:
             return LlamaModel(
@@ -201,7 +202,7 @@ class Engine:
         self,
         prompt: str | list[str] | None = None,
         input_ids: list[int] | list[list[int]] | None = None,
-        sampling_params: dict | list[dict] | None = None,
+        sampling_params: Mapping[str, Any] | list[Mapping[str, Any]] | None = None,
         cache_salt: Salt | list[Salt] = None,
         prefix_cache: bool = True,
         session_id: str | None = None,
@@ -247,13 +248,13 @@ class Engine:
         )  # fmt: skip
         return self.stream(req)
 
-    def stream(self, request: GenerationRequest) -> Iterator[dict]:
+    def stream(self, request: GenerationRequest) -> Generator[dict, None, None]:
         """`generate_stream` for a request built elsewhere. Validates before returning."""
         req = self._request(request)
         self._submit([req])
         return self._stream(req)
 
-    def _stream(self, req: Request) -> Iterator[dict]:
+    def _stream(self, req: Request) -> Generator[dict, None, None]:
         try:
             while True:
                 kind, payload = req.events.get()
@@ -561,8 +562,9 @@ class Engine:
         if not self._closed:
             self._closed = True
             self.scheduler.close()
-            if getattr(self, "tier", None) is not None:
-                self.tier.close()
+            tier = getattr(self, "tier", None)  # absent when start-up failed before the tier
+            if tier is not None:
+                tier.close()
 
     def __enter__(self) -> Engine:
         return self

@@ -63,7 +63,7 @@ class GenerationRequest:
         if self.input_ids is not None:
             if not isinstance(self.input_ids, tuple):
                 object.__setattr__(self, "input_ids", tuple(self.input_ids))
-            if not all(isinstance(t, int) and not isinstance(t, bool) for t in self.input_ids):  # type: ignore[union-attr]
+            if not all(isinstance(t, int) and not isinstance(t, bool) for t in self.input_ids):
                 raise InvalidRequest("input_ids must be integers")
         if not isinstance(self.sampling_params, Mapping):
             raise InvalidRequest("sampling_params must be an object")

@@ -19,7 +19,7 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 log = logging.getLogger(__name__)
 
@@ -226,7 +226,8 @@ class SessionLedger:
         worker: str | None = None,
     ) -> None:
         """Remember prompt+output: the branch's next prompt must extend it."""
-        full = prompt + output if type(prompt) is type(output) else list(prompt) + list(output)
+        # a str or list prompt extends with its own type; anything else becomes a list
+        full = cast(Any, prompt) + output if type(prompt) is type(output) else list(prompt) + list(output)
         with self._lock:
             self._tries.setdefault((salt, worker), _Trie()).insert(full)
             if len(output) and not isinstance(full, str):

@@ -27,6 +27,7 @@ import torch
 
 from runtime.cache.manager import RadixCacheManager
 from runtime.errors import EngineClosed
+from runtime.hf_model import HFModel
 from runtime.meters import ServeMeters
 from runtime.model import LlamaModel, Segment
 from runtime.request import Request
@@ -56,7 +57,7 @@ class WeightSwap:
     """A pending weights change: applied by the worker once no request runs (SGLang waits for
     in-flight requests too), then the tree is emptied and `weights_version` moves on."""
 
-    model: object
+    model: LlamaModel | HFModel
     done: threading.Event
     paused: int = 0  # requests held in the queue while the swap waited
 
@@ -80,7 +81,7 @@ class ServeStats:
 class Scheduler:
     def __init__(
         self,
-        model: LlamaModel,
+        model: LlamaModel | HFModel,
         manager: RadixCacheManager,
         tokenizer,
         eos_ids: set[int],
@@ -183,7 +184,7 @@ class Scheduler:
             self._wake_worker()
         return len(hits)
 
-    def swap_weights(self, model: object, timeout_s: float | None = None) -> WeightSwap:
+    def swap_weights(self, model: LlamaModel | HFModel, timeout_s: float | None = None) -> WeightSwap:
         """Hand new weights to the worker and wait until it applied them (see `WeightSwap`)."""
         with self.lock:
             if self.swap is not None:
@@ -386,6 +387,7 @@ class Scheduler:
         decoding = [r for r in self.running if r.prefilled]
         prefilling = [r for r in self.running if not r.prefilled]
         for req in decoding:
+            assert req.lease is not None and req.kv is not None  # running: it holds a lease
             self.manager.extend(req.lease, 1)
             segments.append(Segment(req.kv, req.next_chunk(1)))
             fed.append(req)
@@ -394,6 +396,7 @@ class Scheduler:
             if budget <= 0 and segments:
                 break
             chunk = req.next_chunk(max(budget, 1))
+            assert req.kv is not None
             keep = req.logprob.logits_from(req.kv.length, len(chunk)) if req.logprob is not None else -1
             segments.append(Segment(req.kv, chunk, keep))
             fed.append(req)
@@ -404,6 +407,7 @@ class Scheduler:
         """First time the prompt is complete: publish it to the tree so later requests share it."""
         if req.output_ids or not self._may_insert(req):
             return
+        assert req.lease is not None
         self.manager.publish(req.lease, req.input_ids, len(req.input_ids))
 
     def _may_insert(self, req: Request) -> bool:

@@ -10,6 +10,7 @@ Implementations are imported on first use, so `connect("http://...")` never load
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from typing import Any
 
 from runtime.backends.base import Backend, Completion
@@ -24,7 +25,7 @@ BACKENDS: dict[str, str] = {
 }
 
 
-def backend_class(name: str) -> type[Backend]:
+def backend_class(name: str) -> Callable[..., Backend]:
     if name not in BACKENDS:
         raise ValueError(f"unknown backend {name!r}; known: {sorted(BACKENDS)}")
     module, _, cls = BACKENDS[name].partition(":")

@@ -8,6 +8,7 @@ costs the tree a 32-character root key. No salt and no extra_key is the default 
 from __future__ import annotations
 
 import hashlib
+from typing import overload
 
 #: what `Engine.generate(cache_salt=...)` takes per prompt: a salt, or (salt, extra_key)
 Salt = str | tuple[str | None, str | None] | None
@@ -33,6 +34,10 @@ def namespace_key(cache_salt: Salt) -> str:
     return digest.hexdigest()
 
 
+@overload
+def session_key(cache_salt: Salt, session_id: str) -> str: ...
+@overload
+def session_key(cache_salt: Salt, session_id: None) -> None: ...
 def session_key(cache_salt: Salt, session_id: str | None) -> str | None:
     """The session registry's key: sessions belong to the salt (the tenant) that used them, so
     another tenant's id is simply not there. Unsalted sessions keep their plain id."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
@@ -282,9 +282,9 @@ def _detokenize(state: ServerState, req: DetokenizeRequest) -> dict[str, Any]:
     tokenizer = state.engine.tokenizer
     vocab = int(_model_info(state).get("vocab_size") or 0)
     is_batch = bool(req.tokens) and isinstance(req.tokens[0], list)
-    batch = req.tokens if is_batch else [req.tokens]
+    batch = cast(list[list[int]], req.tokens if is_batch else [req.tokens])  # the schema's two shapes
     for ids in batch:
-        bad = [t for t in ids if t < 0 or (vocab and t >= vocab)]  # type: ignore[operator]
+        bad = [t for t in ids if t < 0 or (vocab and t >= vocab)]
         if bad:
             raise ApiError(400, f"tokens: ids out of range: {bad[:5]}")
     texts = [tokenizer.decode(ids, skip_special_tokens=req.skip_special_tokens) for ids in batch]

@@ -41,9 +41,9 @@ def openai_router(state: ServerState) -> APIRouter:
         if req.stream:
             _check_single(req, prompt if prompt is not None else input_ids)
             streams = await _open_streams(state, kwargs, req.n)
-            echo = _echo_text(state, prompt, input_ids, 0) if req.echo else ""
+            first = _echo_text(state, prompt, input_ids, 0) if req.echo else ""
             return StreamingResponse(
-                call.stream(streams, chat=False, echo=echo), media_type="text/event-stream"
+                call.stream(streams, chat=False, echo=first), media_type="text/event-stream"
             )
         outs = await abort_on_disconnect(state, request, kwargs["rid"], _generate_n(state, kwargs, req))
         echo = (

@@ -28,7 +28,7 @@ def encode(key: str, fmt: str, planes: Sequence[torch.Tensor]) -> bytes:
     raw = [p.contiguous().view(torch.uint8).reshape(-1).numpy() for p in planes]
     crc = 0
     for part in raw:
-        crc = zlib.crc32(part, crc)
+        crc = zlib.crc32(part.data, crc)
     header = {
         "key": key,
         "fmt": fmt,

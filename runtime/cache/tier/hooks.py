@@ -22,7 +22,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import torch
@@ -55,6 +55,7 @@ def _tensors(obj: Any, prefix: str = "", depth: int = 0, seen: set[int] | None =
         return [(prefix, obj)]
     if hasattr(obj, "state_dict") and callable(obj.state_dict) and depth > 0:
         return [(f"{prefix}.{k}", v) for k, v in obj.state_dict().items()]
+    items: Iterable[tuple[Any, Any]]
     if isinstance(obj, (list, tuple)):
         items = enumerate(obj)
     elif isinstance(obj, dict):

@@ -67,7 +67,7 @@ class RedisStore(KVStore):
             self.counters.get_failures += 1
             self._failed("get", exc)
             return None
-        if blob is None:
+        if not isinstance(blob, bytes):  # None: a miss (the client never decodes to str)
             self.counters.get_misses += 1
             return None
         self.counters.get_bytes += len(blob)
