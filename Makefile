@@ -24,12 +24,14 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	.venv/bin/ruff check .
+	.venv/bin/ruff format --check .
 	.venv/bin/mypy  # runtime/ and agent/ (pyproject.toml [tool.mypy])
 	bash tests/sglang/install_client.sh || echo "SGLang's client could not be installed: its test will skip"
 	$(PY) -m pytest -q -x --durations=10
 
 lint: $(STAMP)
 	.venv/bin/ruff check .
+	.venv/bin/ruff format --check .
 	.venv/bin/mypy
 
 # Engine micro-benchmarks, peers (llama.cpp only after bench-peers-setup) and a reduced

@@ -76,10 +76,17 @@ class TraceObserver:
         if self.accounting.ideal is self.accounting.breaks:
             outputs = sent_out
         event = StepEvent(
-            branch=self.branch, sent=sent, sent_output=sent_out, units=units, outputs=outputs,
-            served=served_from(completion), completion_tokens=completion.completion_tokens,
-            salt=self.salt, worker=worker_of(completion), output_tail=prompts.ASSISTANT_CLOSE,
-        )  # fmt: skip
+            branch=self.branch,
+            sent=sent,
+            sent_output=sent_out,
+            units=units,
+            outputs=outputs,
+            served=served_from(completion),
+            completion_tokens=completion.completion_tokens,
+            salt=self.salt,
+            worker=worker_of(completion),
+            output_tail=prompts.ASSISTANT_CLOSE,
+        )
         account = self.accounting.observe(event)
         if account.prefix_break is not None:
             decode = self.accounting.breaks.render_units
@@ -93,12 +100,22 @@ class TraceObserver:
         assert pending is not None, "acted() without generated()"
         c, a = pending.completion, pending.account
         record = StepRecord(
-            run_id=self.run_id, session_id=self.session_id, branch=self.branch, step=step.index, kind=kind,
-            prompt_tokens=c.prompt_tokens, cached_tokens=c.cached_tokens,
-            ideal_cached_tokens=a.ideal_cached_tokens, completion_tokens=c.completion_tokens,
-            ttft_s=c.ttft_s, latency_s=c.latency_s, finish_reason=c.finish_reason,
-            prefix_break=a.prefix_break, tool=step.tool, miss=a.miss,
-        )  # fmt: skip
+            run_id=self.run_id,
+            session_id=self.session_id,
+            branch=self.branch,
+            step=step.index,
+            kind=kind,
+            prompt_tokens=c.prompt_tokens,
+            cached_tokens=c.cached_tokens,
+            ideal_cached_tokens=a.ideal_cached_tokens,
+            completion_tokens=c.completion_tokens,
+            ttft_s=c.ttft_s,
+            latency_s=c.latency_s,
+            finish_reason=c.finish_reason,
+            prefix_break=a.prefix_break,
+            tool=step.tool,
+            miss=a.miss,
+        )
         return self._emit(step, record)
 
     def failed(self, step: Step, prompt: Prompt) -> StepRecord:
@@ -119,7 +136,7 @@ class TraceObserver:
             finish_reason="error",
             prefix_break=None,
             tool=None,
-        )  # fmt: skip  (miss stays None: the request never reached a cache)
+        )  # miss stays None: the request never reached a cache
         return self._emit(step, record)
 
     # -- helpers ------------------------------------------------------------------------------

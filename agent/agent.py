@@ -65,10 +65,15 @@ class Agent:
     ) -> None:
         sampling = {"temperature": 0.0, "max_new_tokens": 256, **(sampling or {})}
         self.config = AgentConfig(
-            max_steps=max_steps, reflect=reflect, max_backtracks=max_backtracks,
-            max_errors=max_errors, dead_end=dead_end, sampling=sampling, tool_choice=tool_choice,
+            max_steps=max_steps,
+            reflect=reflect,
+            max_backtracks=max_backtracks,
+            max_errors=max_errors,
+            dead_end=dead_end,
+            sampling=sampling,
+            tool_choice=tool_choice,
             ground_numbers=ground_numbers,
-        )  # fmt: skip
+        )
         names = [t.name for t in tools]
         if len(set(names)) != len(names):
             raise ValueError(f"duplicate tool names in {names}")
@@ -129,20 +134,32 @@ class Agent:
             if self.trace_path is not None and self._writer is None:
                 self._writer = TraceWriter(self.trace_path)
         return RunContext(
-            backend=self.backend, config=self.config, tools=self.tools, verify=self.verify,
-            session_id=session_id, run_id=uuid.uuid4().hex[:12], breaks=breaks, ideal=ideal,
-            tokenize=self._tokenize, writer=self._writer, cache_salt=self.cache_salt, priority=self.priority,
-        )  # fmt: skip
+            backend=self.backend,
+            config=self.config,
+            tools=self.tools,
+            verify=self.verify,
+            session_id=session_id,
+            run_id=uuid.uuid4().hex[:12],
+            breaks=breaks,
+            ideal=ideal,
+            tokenize=self._tokenize,
+            writer=self._writer,
+            cache_salt=self.cache_salt,
+            priority=self.priority,
+        )
 
     def _decode_or_none(self) -> Callable[[list[int]], str] | None:
         return self._backend.decode if self._backend is not None else None
 
     def _layout(self, token_mode: bool) -> PromptLayout:
         return PromptLayout(
-            self.system, list(self.tools.values()), self.documents,
-            tokenize=self._tokenize if token_mode else None, dead_end=self.config.dead_end,
+            self.system,
+            list(self.tools.values()),
+            self.documents,
+            tokenize=self._tokenize if token_mode else None,
+            dead_end=self.config.dead_end,
             examples=self.examples,
-        )  # fmt: skip
+        )
 
     def _new_session(self) -> str:
         # The id never enters a prompt, so a random one cannot hurt the cache.

@@ -92,9 +92,12 @@ class Run:
         self.steps: list[Step] = []
         #: the trace: an observer of this run's step events (agent/accounting.py)
         self.observer = TraceObserver(
-            StepAccounting(ctx.breaks, ctx.ideal), ctx.tokenize, ctx.writer,
-            (ctx.run_id, ctx.session_id, branch), ctx.cache_salt,
-        )  # fmt: skip
+            StepAccounting(ctx.breaks, ctx.ideal),
+            ctx.tokenize,
+            ctx.writer,
+            (ctx.run_id, ctx.session_id, branch),
+            ctx.cache_salt,
+        )
         self.status = "running"
         self.answer: str | None = None
         self.verified: bool | None = None
@@ -194,9 +197,15 @@ class Run:
         # (`self.steps` already holds the step being decided: it is the last one when it reaches max_steps)
         answer_only = answer_only or (allowed.answer and len(self.steps) >= self.ctx.config.max_steps)
         numbers = self._numbers() if self.ctx.config.ground_numbers else None
-        return action_schema(list(self.ctx.tools.values()), dead_end=self.ctx.config.dead_end,
-                             tools_only=not allowed.answer, answer_only=answer_only,
-                             allowed=allowed.tools, answer=self.answer_schema, numbers=numbers)  # fmt: skip
+        return action_schema(
+            list(self.ctx.tools.values()),
+            dead_end=self.ctx.config.dead_end,
+            tools_only=not allowed.answer,
+            answer_only=answer_only,
+            allowed=allowed.tools,
+            answer=self.answer_schema,
+            numbers=numbers,
+        )
 
     def _numbers(self) -> list[int | float]:
         """Numbers the run has written so far: system text, task, calls and results (not the tool specs)."""
@@ -326,9 +335,15 @@ class Run:
 
     def result(self) -> RunResult:
         return RunResult(
-            answer=self.answer, steps=self.steps, trace=self.trace, status=self.status,
-            session_id=self.ctx.session_id, run_id=self.ctx.run_id, branch=self.branch, verified=self.verified,
-        )  # fmt: skip
+            answer=self.answer,
+            steps=self.steps,
+            trace=self.trace,
+            status=self.status,
+            session_id=self.ctx.session_id,
+            run_id=self.ctx.run_id,
+            branch=self.branch,
+            verified=self.verified,
+        )
 
     def close(self) -> None:
         """Tell the backend the session is over (Agent.run does this; `start()` callers do it)."""

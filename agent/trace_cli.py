@@ -25,8 +25,16 @@ CAUSE_PHRASES = {
     "granularity": "page remainders",
     "unexplained": "unexplained",
 }
-SHORT = {"prompt_change": "change", "eviction_inferred": "evict?", "eviction": "evict", "last_token": "last",
-         "granularity": "page", "unexplained": "UNEXPL", "cache_off": "off", "namespace": "salt"}  # fmt: skip
+SHORT = {
+    "prompt_change": "change",
+    "eviction_inferred": "evict?",
+    "eviction": "evict",
+    "last_token": "last",
+    "granularity": "page",
+    "unexplained": "UNEXPL",
+    "cache_off": "off",
+    "namespace": "salt",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,10 +160,20 @@ def build_table(records: list[StepRecord]) -> Table:
             else _tool_cell(r)
         )
         table.add_row(
-            r.session_id[-8:], str(r.branch), str(r.step), r.kind, str(r.prompt_tokens), str(r.cached_tokens),
-            str(r.ideal_cached_tokens), str(r.completion_tokens), f"{r.ttft_s:.3f}", f"{r.latency_s:.3f}",
-            r.finish_reason, miss_cell(r), note,
-        )  # fmt: skip
+            r.session_id[-8:],
+            str(r.branch),
+            str(r.step),
+            r.kind,
+            str(r.prompt_tokens),
+            str(r.cached_tokens),
+            str(r.ideal_cached_tokens),
+            str(r.completion_tokens),
+            f"{r.ttft_s:.3f}",
+            f"{r.latency_s:.3f}",
+            r.finish_reason,
+            miss_cell(r),
+            note,
+        )
     return table
 
 

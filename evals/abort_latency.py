@@ -38,8 +38,11 @@ def _running(engine: Engine, rid: str) -> Any:
 def one_abort(engine: Engine, ids: list[int], rid: str, phase: str, delay_s: float) -> float:
     """Seconds from abort_request to the generate call returning (its KV is released by then)."""
     box: dict[str, Any] = {}
-    thread = threading.Thread(target=lambda: box.update(out=engine.generate(
-        input_ids=ids, sampling_params=RUNAWAY, rid=rid, prefix_cache=False)))  # fmt: skip
+    thread = threading.Thread(
+        target=lambda: box.update(
+            out=engine.generate(input_ids=ids, sampling_params=RUNAWAY, rid=rid, prefix_cache=False)
+        )
+    )
     thread.start()
     if phase == "decode":
         _until(lambda: (r := _running(engine, rid)) is not None and len(r.output_ids) >= 3)

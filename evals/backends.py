@@ -80,13 +80,13 @@ def embedded_setup(engine: Any, concurrency: int = 1) -> EvalSetup:
         model=str(engine.model_name),
         machine=f"{describe_machine()}; dtype {engine.config.dtype}",
         method="embedded: the same engine code over the same weights, once with the radix cache "
-               "(cached) and once as `engine.sibling(disable_radix_cache=True)` with "
-               "`prefix_cache=False` on every request (uncached)",
+        "(cached) and once as `engine.sibling(disable_radix_cache=True)` with "
+        "`prefix_cache=False` on every request (uncached)",
         cached=EmbeddedBackend(engine),
         uncached=EmbeddedBackend(sibling),
         cache_probe=probe,
         closers=[sibling.shutdown],
-    )  # fmt: skip
+    )
 
 
 def open_embedded(concurrency: int = 1, **engine_options: Any) -> EvalSetup:

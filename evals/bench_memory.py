@@ -125,8 +125,15 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(result.lines()))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(asdict(result) | {"held_over_pool": result.held_over_pool,
-                                        "rss_growth_over_pool": result.rss_growth_over_pool}, f, indent=2)  # fmt: skip
+            json.dump(
+                asdict(result)
+                | {
+                    "held_over_pool": result.held_over_pool,
+                    "rss_growth_over_pool": result.rss_growth_over_pool,
+                },
+                f,
+                indent=2,
+            )
     return 0 if result.held_over_pool <= 1.10 and result.rss_growth_over_pool <= 0.10 else 1
 
 

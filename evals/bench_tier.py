@@ -162,8 +162,23 @@ def redis_server(workdir: Path) -> Iterator[str | None]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    args = [binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(workdir), "--save", "",
-            "--appendonly", "no", "--maxmemory", "2gb", "--maxmemory-policy", "allkeys-lru"]  # fmt: skip
+    args = [
+        binary,
+        "--port",
+        str(port),
+        "--bind",
+        "127.0.0.1",
+        "--dir",
+        str(workdir),
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--maxmemory",
+        "2gb",
+        "--maxmemory-policy",
+        "allkeys-lru",
+    ]
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         for _ in range(100):
@@ -223,8 +238,10 @@ def eviction_section(say: Callable) -> dict:
         off = next(r for r in sel if r["policy"] == "lru" and r["tier"] == "off")["recomputed_tokens"]
         for r in sel:
             r["recomputed_vs_lru_off"] = r["recomputed_tokens"] / off if off else None
-        say(f"eviction budget {frac}: lru off {off}, " + ", ".join(
-            f"{r['policy']}/{r['tier']} {r['recomputed_tokens']}" for r in sel))  # fmt: skip
+        say(
+            f"eviction budget {frac}: lru off {off}, "
+            + ", ".join(f"{r['policy']}/{r['tier']} {r['recomputed_tokens']}" for r in sel)
+        )
     return {"model": "simulator (evals/eviction/tier_sim.py), 64 real tokens per page", "rows": rows}
 
 
@@ -238,41 +255,63 @@ def render(res: dict) -> str:
     ]
     if rl:
         lines += [
-            f"## Reload vs recompute ({rl['prompt_tokens']}-token prompt, {rl['loaded_tokens']} loaded)", "",
-            "| path | TTFT (s) |", "|---|---|",
+            f"## Reload vs recompute ({rl['prompt_tokens']}-token prompt, {rl['loaded_tokens']} loaded)",
+            "",
+            "| path | TTFT (s) |",
+            "|---|---|",
             f"| recompute (cold) | {rl['ttft_cold_s']:.3f} |",
             f"| load from file tier | {rl['ttft_tier_s']:.3f} |",
-            f"| pool hit | {rl['ttft_pool_s']:.3f} |", "",
+            f"| pool hit | {rl['ttft_pool_s']:.3f} |",
+            "",
             f"Tier vs recompute: **{rl['speedup_tier_vs_cold']:.1f}x**; outputs identical: {rl['outputs_identical']}. "
             f"Load {rl['tier_load_time_s_per_hit'] * 1000:.0f} ms per hit; write "
             f"{rl['tier_write_time_s_per_page'] * 1000:.1f} ms per 64-token page. "
             f"Disk {rl['disk_bytes_per_token']:.0f} B/token vs pool {rl['pool_bytes_per_token']} B/token.",
-            "", "| write policy | first-request TTFT (s) | write time (s) |", "|---|---|---|",
-            *[f"| {k} | {v['ttft_first_s']:.3f} | {v['write_time_s']:.3f} |" for k, v in rl["write_policy"].items()],
             "",
-        ]  # fmt: skip
+            "| write policy | first-request TTFT (s) | write time (s) |",
+            "|---|---|---|",
+            *[
+                f"| {k} | {v['ttft_first_s']:.3f} | {v['write_time_s']:.3f} |"
+                for k, v in rl["write_policy"].items()
+            ],
+            "",
+        ]
     if pf:
         lines += [
-            "## Prefetch (next step after a tool wait, prefix evicted meanwhile)", "",
+            "## Prefetch (next step after a tool wait, prefix evicted meanwhile)",
+            "",
             f"TTFT with prefetch {pf['on']['ttft_s']:.3f} s vs without {pf['off']['ttft_s']:.3f} s "
-            f"({pf['speedup_on_vs_off']:.2f}x); served from: on {pf['on']['details']}, off {pf['off']['details']}.", "",
-        ]  # fmt: skip
+            f"({pf['speedup_on_vs_off']:.2f}x); served from: on {pf['on']['details']}, off {pf['off']['details']}.",
+            "",
+        ]
     if cl and "skipped" not in cl:
         lines += [
-            f"## Cluster: 2 workers, {cl['sessions']} sessions x {cl['steps']} steps, {cl['routing']}", "",
-            "| mode | hit rate |", "|---|---|",
-            *[f"| {m} | {cl[m]['hit_rate']:.3f} |" for m in cl if isinstance(cl[m], dict) and "hit_rate" in cl[m]],
-            "", f"Redis footprint: {cl.get('redis_footprint')}", "",
-        ]  # fmt: skip
+            f"## Cluster: 2 workers, {cl['sessions']} sessions x {cl['steps']} steps, {cl['routing']}",
+            "",
+            "| mode | hit rate |",
+            "|---|---|",
+            *[
+                f"| {m} | {cl[m]['hit_rate']:.3f} |"
+                for m in cl
+                if isinstance(cl[m], dict) and "hit_rate" in cl[m]
+            ],
+            "",
+            f"Redis footprint: {cl.get('redis_footprint')}",
+            "",
+        ]
     if "eviction" in res:
         lines += [
-            "## Eviction: agents workload, 64 sessions (" + res["eviction"]["model"] + ")", "",
+            "## Eviction: agents workload, 64 sessions (" + res["eviction"]["model"] + ")",
+            "",
             "| budget | policy | tier | recomputed tokens | vs lru without tier | loaded from tier |",
             "|---|---|---|---|---|---|",
-            *[f"| {r['budget_fraction']} | {r['policy']} | {r['tier']} | {r['recomputed_tokens']} | "
-              f"{r['recomputed_vs_lru_off']:.3f} | {r['tier_loaded_tokens']} |" for r in res["eviction"]["rows"]],
+            *[
+                f"| {r['budget_fraction']} | {r['policy']} | {r['tier']} | {r['recomputed_tokens']} | "
+                f"{r['recomputed_vs_lru_off']:.3f} | {r['tier_loaded_tokens']} |"
+                for r in res["eviction"]["rows"]
+            ],
             "",
-        ]  # fmt: skip
+        ]
     return "\n".join(lines)
 
 

@@ -80,10 +80,15 @@ def parse(argv: list[str]) -> argparse.Namespace:
 def config_from(args: argparse.Namespace) -> EvalConfig:
     base = REDUCED if args.reduced else EvalConfig()
     return EvalConfig(
-        suites=args.suite, warmup=base.warmup if args.warmup is None else args.warmup, repeats=args.repeats,
-        limit=args.limit, suite_limits=() if args.limit is not None else base.suite_limits, seed=args.seed,
-        concurrency=args.concurrency, head_sweep_questions=args.head_sweep,
-    )  # fmt: skip
+        suites=args.suite,
+        warmup=base.warmup if args.warmup is None else args.warmup,
+        repeats=args.repeats,
+        limit=args.limit,
+        suite_limits=() if args.limit is not None else base.suite_limits,
+        seed=args.seed,
+        concurrency=args.concurrency,
+        head_sweep_questions=args.head_sweep,
+    )
 
 
 class RichListener(Listener):

@@ -191,11 +191,23 @@ def run_session(backend: Any, w: Workload, doc: str, session: int, start: float)
     for step in range(w.steps):
         sent = time.monotonic()
         out = backend.generate(
-            prompt=doc + log, session_id=sid,
+            prompt=doc + log,
+            session_id=sid,
             sampling_params={"temperature": 0.0, "max_new_tokens": w.max_new_tokens},
-        )  # fmt: skip
-        calls.append(Call(session, step, out.prompt_tokens, out.cached_tokens, out.ttft_s, out.latency_s,
-                          sent=sent, done=time.monotonic(), prompt=doc + log))  # fmt: skip
+        )
+        calls.append(
+            Call(
+                session,
+                step,
+                out.prompt_tokens,
+                out.cached_tokens,
+                out.ttft_s,
+                out.latency_s,
+                sent=sent,
+                done=time.monotonic(),
+                prompt=doc + log,
+            )
+        )
         log += f"Step {step}: {out.text.strip()}" + tool_result(session, step, w.tool_lines)
         time.sleep(rng.uniform(*w.tool_wait_s))  # the tool runs; the session's KV waits
     return calls
@@ -231,10 +243,12 @@ def run_mode(cluster: Cluster, w: Workload, mode: str, say: Any, calls_out: Any 
             calls_out.write(
                 json.dumps({"mode": mode, **rec, "sent": c.sent - started, "done": c.done - started}) + "\n"
             )
-    say(f"  {mode:<12} hit {row['hit_rate']:.3f}  recomputed {row['recomputed_prefill_tokens']:>6}  "
+    say(
+        f"  {mode:<12} hit {row['hit_rate']:.3f}  recomputed {row['recomputed_prefill_tokens']:>6}  "
         f"uncached {row['uncached_prompt_tokens']:>6}  new {row['new_prompt_tokens']:>6}  "
         f"ttft p50 {row['ttft_p50_s']:.3f}s p95 {row['ttft_p95_s']:.3f}s  per-worker {row['requests_per_worker']}"
-        + (f"  ({mismatches} token-count mismatches)" if mismatches else ""))  # fmt: skip
+        + (f"  ({mismatches} token-count mismatches)" if mismatches else "")
+    )
     return row
 
 
@@ -253,20 +267,30 @@ def summarize(mode: str, calls: list[Call], wall: float, workers: list[dict[str,
     follow = [c for c in calls if c.step > 0]
     reqs = [wk["requests"] for wk in workers]
     return {
-        "mode": mode, "label": LABELS[mode], "requests": len(calls), "prompt_tokens": prompt,
-        "cached_tokens": cached, "hit_rate": cached / prompt if prompt else 0.0,
-        "follow_up_hit_rate": sum(c.cached_tokens for c in follow) / max(1, sum(c.prompt_tokens for c in follow)),
+        "mode": mode,
+        "label": LABELS[mode],
+        "requests": len(calls),
+        "prompt_tokens": prompt,
+        "cached_tokens": cached,
+        "hit_rate": cached / prompt if prompt else 0.0,
+        "follow_up_hit_rate": sum(c.cached_tokens for c in follow)
+        / max(1, sum(c.prompt_tokens for c in follow)),
         "recomputed_prefill_tokens": sum(c.recomputed_tokens for c in calls),
         "uncached_prompt_tokens": prompt - cached,
         "new_prompt_tokens": sum(c.new_tokens for c in calls),
         "ideal_cached_tokens": sum(c.ideal_cached_tokens for c in calls),
-        "recomputed_by_step": [sum(c.recomputed_tokens for c in calls if c.step == k)
-                               for k in range(1 + max((c.step for c in calls), default=-1))],
-        "ttft_p50_s": percentile(ttfts, 50), "ttft_p95_s": percentile(ttfts, 95), "e2e_s": wall,
-        "requests_per_worker": reqs, "evicted_tokens_per_worker": [wk["evicted_tokens"] for wk in workers],
+        "recomputed_by_step": [
+            sum(c.recomputed_tokens for c in calls if c.step == k)
+            for k in range(1 + max((c.step for c in calls), default=-1))
+        ],
+        "ttft_p50_s": percentile(ttfts, 50),
+        "ttft_p95_s": percentile(ttfts, 95),
+        "e2e_s": wall,
+        "requests_per_worker": reqs,
+        "evicted_tokens_per_worker": [wk["evicted_tokens"] for wk in workers],
         "load_imbalance": max(reqs) / max(1, min(reqs)) if reqs else None,
         "workers": workers,
-    }  # fmt: skip
+    }
 
 
 def run_all(
@@ -275,8 +299,13 @@ def run_all(
     rows: list[dict[str, Any]] = []
     routed = [m for m in modes if m in ROUTED_MODES]
     if routed:
-        cfg = ClusterConfig(workers=w.workers, policy=routed[0], router=router, log_dir=str(log_dir / "cluster"),
-                            worker_args=("--max-total-tokens", str(w.kv_per_worker)))  # fmt: skip
+        cfg = ClusterConfig(
+            workers=w.workers,
+            policy=routed[0],
+            router=router,
+            log_dir=str(log_dir / "cluster"),
+            worker_args=("--max-total-tokens", str(w.kv_per_worker)),
+        )
         say(f"starting {w.workers} workers x {w.kv_per_worker} KV tokens ...")
         with Cluster(cfg) as cluster:
             for mode in routed:
@@ -284,9 +313,14 @@ def run_all(
                     cluster.restart_router(mode)
                 rows.append(run_mode(cluster, w, mode, say, calls_out))
     if "single" in modes:
-        cfg = ClusterConfig(workers=1, policy="round_robin", router=router, log_dir=str(log_dir / "single"),
-                            worker_args=("--max-total-tokens", str(w.kv_per_worker * w.workers)),
-                            threads_per_worker=None)  # fmt: skip
+        cfg = ClusterConfig(
+            workers=1,
+            policy="round_robin",
+            router=router,
+            log_dir=str(log_dir / "single"),
+            worker_args=("--max-total-tokens", str(w.kv_per_worker * w.workers)),
+            threads_per_worker=None,
+        )
         say(f"starting the single-worker baseline ({w.kv_per_worker * w.workers} KV tokens) ...")
         with Cluster(cfg) as cluster:
             rows.append(run_mode(cluster, w, "single", say, calls_out))
@@ -314,16 +348,19 @@ def verdict(rows: list[dict[str, Any]]) -> dict[str, Any]:
 def report(w: Workload, rows: list[dict[str, Any]], checks: dict[str, Any], quick: bool, router: str) -> str:
     """`router`: the router and its version as run, e.g. "smg 1.13.0"."""
     lines = [
-        "# Cluster routing: round_robin vs cache_aware vs session affinity", "",
+        "# Cluster routing: round_robin vs cache_aware vs session affinity",
+        "",
         f"{w.workers} `radixagent serve` workers x {w.kv_per_worker} KV tokens behind {router}; "
         f"{w.sessions} concurrent sessions x {w.steps} steps sharing one {w.doc_sentences}-sentence document, "
         f"{w.tool_lines}-line tool results, tool waits uniform in {w.tool_wait_s[0]}-{w.tool_wait_s[1]} s, greedy, "
         f"max_new_tokens {w.max_new_tokens}, seed {w.seed}.",
-    ]  # fmt: skip
+    ]
     if quick:
-        lines.append("**Quick run** on a small CPU machine (2 cores shared): small model, few sessions; "
-                     "TTFT is dominated by CPU contention between the workers, hit rates and recomputed "
-                     "tokens are the meaningful numbers.")  # fmt: skip
+        lines.append(
+            "**Quick run** on a small CPU machine (2 cores shared): small model, few sessions; "
+            "TTFT is dominated by CPU contention between the workers, hit rates and recomputed "
+            "tokens are the meaningful numbers."
+        )
     flags = {r["mode"]: " ".join(r["router_flags"]) for r in rows if r.get("router_flags")}
     if flags:
         lines += ["", "Router flags per mode: " + "; ".join(f"{m}: `{f}`" for m, f in flags.items()) + "."]
@@ -340,7 +377,7 @@ def report(w: Workload, rows: list[dict[str, Any]], checks: dict[str, Any], quic
         "| mode | requests | hit rate | follow-up hit rate | recomputed prefill | new prompt | uncached prompt "
         "| TTFT p50 | TTFT p95 | requests per worker | tokens evicted per worker | wall |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
-    ]  # fmt: skip
+    ]
     for r in rows:
         lines.append(
             f"| {r['label']} | {r['requests']} | {r['hit_rate']:.3f} | {r['follow_up_hit_rate']:.3f} "
@@ -348,8 +385,11 @@ def report(w: Workload, rows: list[dict[str, Any]], checks: dict[str, Any], quic
             f"| {r['ttft_p50_s']:.3f} s | {r['ttft_p95_s']:.3f} s | {r['requests_per_worker']} "
             f"| {r['evicted_tokens_per_worker']} | {r['e2e_s']:.1f} s |"
         )
-    lines += ["", "Recomputed prefill tokens by step: "
-              + ", ".join(f"{r['mode']} {r['recomputed_by_step']}" for r in rows)]  # fmt: skip
+    lines += [
+        "",
+        "Recomputed prefill tokens by step: "
+        + ", ".join(f"{r['mode']} {r['recomputed_by_step']}" for r in rows),
+    ]
     bad = {r["mode"]: r["tokenize_mismatches"] for r in rows if r.get("tokenize_mismatches")}
     if bad:
         lines += [
@@ -409,11 +449,20 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--quick", action="store_true", help="2 workers x 16 sessions x 4 steps (small CPU machines)"
     )
     p.add_argument("--tool-lines", type=int, default=1, help="lines per tool result (~30 tokens each)")
-    p.add_argument("--tool-wait", type=_wait_range, default=(0.2, 1.0), metavar="MIN,MAX",
-                   help="seconds each session sleeps after a call (its tool running), uniform in "
-                        "[MIN, MAX]; default 0.2,1.0")  # fmt: skip
-    p.add_argument("--router", default="auto", choices=("auto", *ROUTERS),
-                   help="router package; auto: smg if installed, else sglang-router")  # fmt: skip
+    p.add_argument(
+        "--tool-wait",
+        type=_wait_range,
+        default=(0.2, 1.0),
+        metavar="MIN,MAX",
+        help="seconds each session sleeps after a call (its tool running), uniform in "
+        "[MIN, MAX]; default 0.2,1.0",
+    )
+    p.add_argument(
+        "--router",
+        default="auto",
+        choices=("auto", *ROUTERS),
+        help="router package; auto: smg if installed, else sglang-router",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="results/cluster")
     return p.parse_args(argv)
@@ -444,8 +493,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if ns.quick:
         ns.workers, ns.sessions, ns.steps = 2, 16, 4
-    w = Workload(workers=ns.workers, sessions=ns.sessions, steps=ns.steps, kv_per_worker=ns.kv_per_worker,
-                 tool_lines=ns.tool_lines, tool_wait_s=ns.tool_wait, seed=ns.seed)  # fmt: skip
+    w = Workload(
+        workers=ns.workers,
+        sessions=ns.sessions,
+        steps=ns.steps,
+        kv_per_worker=ns.kv_per_worker,
+        tool_lines=ns.tool_lines,
+        tool_wait_s=ns.tool_wait,
+        seed=ns.seed,
+    )
     out = Path(ns.out)
     out.mkdir(parents=True, exist_ok=True)
     lock = threading.Lock()
@@ -466,8 +522,15 @@ def main(argv: list[str] | None = None) -> int:
         rows = run_all(w, modes, out / "logs", say, calls_out, router=kind)
     checks = verdict(rows)
     router = f"{kind} {router_version(kind)}"
-    results = {"workload": asdict(w), "quick": ns.quick, "router": router, "router_package": kind,
-               "tool_wait_s": list(w.tool_wait_s), "rows": rows, "checks": checks}  # fmt: skip
+    results = {
+        "workload": asdict(w),
+        "quick": ns.quick,
+        "router": router,
+        "router_package": kind,
+        "tool_wait_s": list(w.tool_wait_s),
+        "rows": rows,
+        "checks": checks,
+    }
     (out / "results.json").write_text(json.dumps(results, indent=2))
     (out / "report.md").write_text(report(w, rows, checks, ns.quick, router))
     plot(rows, out / "cluster.png")

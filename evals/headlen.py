@@ -84,17 +84,24 @@ def markdown(sweep: dict[str, Any]) -> list[str]:
     """The report.md section: one row per example count."""
     if not sweep or not sweep.get("rows"):
         return []
-    lines = ["## Accuracy and TTFT vs head length", "",
-             f"QA agent on `{sweep['doc']}`, {sweep['questions']} question(s), 0..N worked examples in the "
-             "head. Cached TTFT p50 is over the questions' calls (the head's one-time prefill is its own "
-             "column): it stays flat while the uncached TTFT grows with every example.", "",
-             "| examples | head tokens | head prefill, once (s) | TTFT p50 uncached (s) | TTFT p50 cached (s) "
-             "| accuracy uncached | accuracy cached |", "|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        "## Accuracy and TTFT vs head length",
+        "",
+        f"QA agent on `{sweep['doc']}`, {sweep['questions']} question(s), 0..N worked examples in the "
+        "head. Cached TTFT p50 is over the questions' calls (the head's one-time prefill is its own "
+        "column): it stays flat while the uncached TTFT grows with every example.",
+        "",
+        "| examples | head tokens | head prefill, once (s) | TTFT p50 uncached (s) | TTFT p50 cached (s) "
+        "| accuracy uncached | accuracy cached |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for row in sweep["rows"]:
         c, u = row.get("cached") or {}, row.get("uncached") or {}
-        lines.append(f"| {row['examples']} | {_f(row.get('head_tokens'), '{:,}')} | {_f(row.get('prefill_ttft_s'))} "
-                     f"| {_f(u.get('ttft_p50_s'))} | {_f(c.get('ttft_p50_s'))} | {_f(u.get('accuracy'), '{:.0%}')} "
-                     f"| {_f(c.get('accuracy'), '{:.0%}')} |")  # fmt: skip
+        lines.append(
+            f"| {row['examples']} | {_f(row.get('head_tokens'), '{:,}')} | {_f(row.get('prefill_ttft_s'))} "
+            f"| {_f(u.get('ttft_p50_s'))} | {_f(c.get('ttft_p50_s'))} | {_f(u.get('accuracy'), '{:.0%}')} "
+            f"| {_f(c.get('accuracy'), '{:.0%}')} |"
+        )
     return lines + [""]
 
 
@@ -117,11 +124,20 @@ def chart(sweep: dict[str, Any], path: Any) -> Any:
         ax.plot(xs, ys, marker="o", color=COLORS[mode], label=f"TTFT p50, {mode}")
     ax.set_yscale("log")
     ax.set_xticks(xs, [f"{r['examples']}\n{r.get('head_tokens') or '?'} tok" for r in rows], fontsize=8)
-    ax.set(xlabel="worked examples in the head (head tokens)", ylabel="TTFT per call (s, log scale)",
-           title="QA agent: TTFT and accuracy vs head length")  # fmt: skip
+    ax.set(
+        xlabel="worked examples in the head (head tokens)",
+        ylabel="TTFT per call (s, log scale)",
+        title="QA agent: TTFT and accuracy vs head length",
+    )
     acc = ax.twinx()
-    acc.plot(xs, [100 * ((r.get("cached") or {}).get("accuracy") or 0) for r in rows], color="#264653",
-             linestyle="dashed", marker="s", label="accuracy")  # fmt: skip
+    acc.plot(
+        xs,
+        [100 * ((r.get("cached") or {}).get("accuracy") or 0) for r in rows],
+        color="#264653",
+        linestyle="dashed",
+        marker="s",
+        label="accuracy",
+    )
     acc.set(ylabel="accuracy (%)", ylim=(0, 105))
     handles = ax.get_legend_handles_labels()[0] + acc.get_legend_handles_labels()[0]
     ax.legend(handles, [h.get_label() for h in handles], fontsize=8, loc="center right")

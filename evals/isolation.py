@@ -83,10 +83,15 @@ def measure(url: str, samples: int = 10, words: int = 400, seed: int = 0) -> Iso
                     b_fresh.append(t)
     fresh = statistics.median(b_fresh)
     return IsolationResult(
-        samples, a_rep, b_on_a, b_fresh, cross, own,
+        samples,
+        a_rep,
+        b_on_a,
+        b_fresh,
+        cross,
+        own,
         ratio_b_on_a_vs_fresh=statistics.median(b_on_a) / fresh,
         a_speedup=fresh / statistics.median(a_rep),
-    )  # fmt: skip
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

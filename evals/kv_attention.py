@@ -196,18 +196,26 @@ def markdown(results: dict[str, dict[str, float]], threads: int, load: float, re
         f"{span('bfloat16 convert')}; int8 converted {span('int8 convert')}; fp8_e4m3 converted "
         f"{span('fp8_e4m3 convert')}: the engine converts (bf16/fp16/int8) and refuses fp8."
     )
-    return "\n".join([
-        "# KV formats: read directly or convert per step (`python -m evals.kv_attention`)", "",
-        f"Command: `python -m evals.kv_attention --threads {threads} --reps {reps} --md "
-        f"docs/benchmarks-kv-attention.md`; 1-minute load average {load:.1f} on 2 cores (a shared machine: "
-        "the fastest of the interleaved reps is reported; compare ratios within a column).", "",
-        f"Summary: {summary}", "", *render(results), "",
-        "Each variant reads one decode step's K/V for the bundled model's shape (9 query heads over 3 KV "
-        "heads, head dim 64) from 30 distinct layers. `convert` is the engine's path "
-        "(runtime/cache/kv_format.py: KVFormat.load, then float32 SDPA); `grouped` and `manual` are "
-        "alternatives to SDPA for one query token; `folded` applies the int8 scales to scores and "
-        "probabilities instead of to K/V.", "",
-    ])  # fmt: skip
+    return "\n".join(
+        [
+            "# KV formats: read directly or convert per step (`python -m evals.kv_attention`)",
+            "",
+            f"Command: `python -m evals.kv_attention --threads {threads} --reps {reps} --md "
+            f"docs/benchmarks-kv-attention.md`; 1-minute load average {load:.1f} on 2 cores (a shared machine: "
+            "the fastest of the interleaved reps is reported; compare ratios within a column).",
+            "",
+            f"Summary: {summary}",
+            "",
+            *render(results),
+            "",
+            "Each variant reads one decode step's K/V for the bundled model's shape (9 query heads over 3 KV "
+            "heads, head dim 64) from 30 distinct layers. `convert` is the engine's path "
+            "(runtime/cache/kv_format.py: KVFormat.load, then float32 SDPA); `grouped` and `manual` are "
+            "alternatives to SDPA for one query token; `folded` applies the int8 scales to scores and "
+            "probabilities instead of to K/V.",
+            "",
+        ]
+    )
 
 
 if __name__ == "__main__":

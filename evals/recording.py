@@ -117,19 +117,36 @@ class RecordingBackend(WrappedBackend):
         started = time.perf_counter()
         try:
             out = self.inner.generate(
-                prompt, input_ids, sampling_params, session_id=session_id, cache_salt=cache_salt,
-                priority=priority, prefix_cache=self.prefix_cache, rid=rid,
-            )  # fmt: skip
+                prompt,
+                input_ids,
+                sampling_params,
+                session_id=session_id,
+                cache_salt=cache_salt,
+                priority=priority,
+                prefix_cache=self.prefix_cache,
+                rid=rid,
+            )
         except Exception as exc:
             self._record_failure(prompt, input_ids, session_id, started, exc)
             raise
         miss = self._miss(input_ids, out, session_id, cache_salt)
-        self._append(lambda index, origin: CallRecord(
-            index=index, prompt_key=prompt_key(prompt, input_ids), prompt_tokens=out.prompt_tokens,
-            cached_tokens=out.cached_tokens, completion_tokens=out.completion_tokens, ttft_s=out.ttft_s,
-            latency_s=out.latency_s, output_ids=list(out.output_ids), text=out.text,
-            finish_reason=out.finish_reason, session_id=session_id, started_s=started - origin, miss=miss,
-        ))  # fmt: skip
+        self._append(
+            lambda index, origin: CallRecord(
+                index=index,
+                prompt_key=prompt_key(prompt, input_ids),
+                prompt_tokens=out.prompt_tokens,
+                cached_tokens=out.cached_tokens,
+                completion_tokens=out.completion_tokens,
+                ttft_s=out.ttft_s,
+                latency_s=out.latency_s,
+                output_ids=list(out.output_ids),
+                text=out.text,
+                finish_reason=out.finish_reason,
+                session_id=session_id,
+                started_s=started - origin,
+                miss=miss,
+            )
+        )
         return out
 
     def _miss(
@@ -143,18 +160,37 @@ class RecordingBackend(WrappedBackend):
         with self._lock:
             ledger = self._ledgers.setdefault((session_id, salt), SessionLedger())
             branch = len(self._state.calls)
-        ev = StepEvent(branch=branch, sent=input_ids, sent_output=out.output_ids, units=input_ids,
-                       outputs=out.output_ids, served=served_from(out), salt=salt, worker=worker_of(out))  # fmt: skip
+        ev = StepEvent(
+            branch=branch,
+            sent=input_ids,
+            sent_output=out.output_ids,
+            units=input_ids,
+            outputs=out.output_ids,
+            served=served_from(out),
+            salt=salt,
+            worker=worker_of(out),
+        )
         return StepAccounting(ledger).observe(ev).miss
 
     def _record_failure(self, prompt, input_ids, session_id, started: float, exc: Exception) -> None:
         latency = time.perf_counter() - started
-        self._append(lambda index, origin: CallRecord(
-            index=index, prompt_key=prompt_key(prompt, input_ids), prompt_tokens=0, cached_tokens=0,
-            completion_tokens=0, ttft_s=latency, latency_s=latency, output_ids=[], text="",
-            finish_reason="error", session_id=session_id, started_s=started - origin,
-            error=f"{type(exc).__name__}: {exc}",
-        ))  # fmt: skip
+        self._append(
+            lambda index, origin: CallRecord(
+                index=index,
+                prompt_key=prompt_key(prompt, input_ids),
+                prompt_tokens=0,
+                cached_tokens=0,
+                completion_tokens=0,
+                ttft_s=latency,
+                latency_s=latency,
+                output_ids=[],
+                text="",
+                finish_reason="error",
+                session_id=session_id,
+                started_s=started - origin,
+                error=f"{type(exc).__name__}: {exc}",
+            )
+        )
 
     def _append(self, build: Callable[[int, float], CallRecord]) -> None:
         with self._lock:

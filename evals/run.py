@@ -200,11 +200,16 @@ def build_results(
             suites[name] = entry
     partial = partial or any(r.outcome is None for r in runs) or len(suites) < len(config.suites)
     return {
-        "backend": setup.backend_label, "model": setup.model, "machine": setup.machine, "suites": suites,
-        "partial": partial, "uncached_method": setup.method,
+        "backend": setup.backend_label,
+        "model": setup.model,
+        "machine": setup.machine,
+        "suites": suites,
+        "partial": partial,
+        "uncached_method": setup.method,
         "config": {**asdict(config), "suite_limits": dict(config.suite_limits)},
-        "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), "wall_s": wall_s,
-    }  # fmt: skip
+        "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "wall_s": wall_s,
+    }
 
 
 def suite_results(runs: Sequence[ModeRun]) -> dict[str, Any] | None:

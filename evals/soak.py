@@ -86,9 +86,25 @@ def free_port() -> int:
 
 
 def start_server(config: SoakConfig, port: int, log_path: Path) -> subprocess.Popen[bytes]:
-    cmd = [sys.executable, "-m", "runtime.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
-           "--max-total-tokens", str(config.max_total_tokens), "--context-length", str(config.context_length),
-           "--max-queue", str(config.max_queue), "--enable-debug-endpoints", "--log-level", "warning"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "runtime.cli",
+        "serve",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--max-total-tokens",
+        str(config.max_total_tokens),
+        "--context-length",
+        str(config.context_length),
+        "--max-queue",
+        str(config.max_queue),
+        "--enable-debug-endpoints",
+        "--log-level",
+        "warning",
+    ]
     return subprocess.Popen(cmd, stdout=log_path.open("wb"), stderr=subprocess.STDOUT)
 
 
@@ -121,9 +137,12 @@ async def one_request(
     long = rng.random() < 0.4
     stream, hang_up = rng.random() < cfg.stream_rate, rng.random() < cfg.disconnect_rate
     max_new = 32 if hang_up else rng.choice((4, 8, 16))
-    body = {"text": prompt_for(session, turn, long),
-            "stream": stream or hang_up, "session_id": f"soak-{session}",
-            "sampling_params": {"max_new_tokens": max_new, "temperature": 0.7, "ignore_eos": True}}  # fmt: skip
+    body = {
+        "text": prompt_for(session, turn, long),
+        "stream": stream or hang_up,
+        "session_id": f"soak-{session}",
+        "sampling_params": {"max_new_tokens": max_new, "temperature": 0.7, "ignore_eos": True},
+    }
     started = time.perf_counter()
     try:
         if body["stream"]:
@@ -209,7 +228,8 @@ def summarize(soak: Soak, wall_s: float, integrity: dict[str, Any], pool_bytes: 
     third = max(1, len(mib) // 3)
     return {
         "config": asdict(soak.config),
-        "requests": len(soak.outcomes), **kinds,
+        "requests": len(soak.outcomes),
+        **kinds,
         "other_details": sorted({o.detail or str(o.status) for o in soak.outcomes if o.kind == "other"})[:10],
         "wall_s": round(wall_s, 2),
         "throughput_rps": round(len(answered) / wall_s, 3),
@@ -219,12 +239,14 @@ def summarize(soak: Soak, wall_s: float, integrity: dict[str, Any], pool_bytes: 
         "rss_start_mib": round(mib[0], 1) if mib else None,
         "rss_max_mib": round(max(mib), 1) if mib else None,
         "rss_end_mib": round(mib[-1], 1) if mib else None,
-        "rss_growth_last_third_mib": round(max(mib[-third:]) - max(mib[third:-third] or mib[:third]), 1) if mib else None,
+        "rss_growth_last_third_mib": round(max(mib[-third:]) - max(mib[third:-third] or mib[:third]), 1)
+        if mib
+        else None,
         "pool_capacity_mib": round(pool_bytes / 2**20, 1),
         "integrity": integrity,
         "leaked_locks": integrity.get("lock_refs"),
         "ok": bool(integrity.get("ok")) and integrity.get("lock_refs") == 0 and kinds["other"] == 0,
-    }  # fmt: skip
+    }
 
 
 def plot(soak: Soak, pool_bytes: int, path: Path) -> None:
@@ -283,11 +305,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path, default=Path("out/soak"))
     ns = p.parse_args(argv)
-    config = SoakConfig(sessions=ns.sessions, seconds=ns.minutes * 60, max_total_tokens=ns.max_total_tokens,
-                        seed=ns.seed)  # fmt: skip
+    config = SoakConfig(
+        sessions=ns.sessions, seconds=ns.minutes * 60, max_total_tokens=ns.max_total_tokens, seed=ns.seed
+    )
     results = run(config, ns.out)
-    keys = ("requests", "answered", "rejected_503", "disconnected", "other", "throughput_rps", "latency_p95_s",
-            "rss_max_mib", "rss_growth_last_third_mib", "pool_capacity_mib", "leaked_locks", "ok")  # fmt: skip
+    keys = (
+        "requests",
+        "answered",
+        "rejected_503",
+        "disconnected",
+        "other",
+        "throughput_rps",
+        "latency_p95_s",
+        "rss_max_mib",
+        "rss_growth_last_third_mib",
+        "pool_capacity_mib",
+        "leaked_locks",
+        "ok",
+    )
     print(json.dumps({k: results[k] for k in keys}, indent=2))
     return 0 if results["ok"] else 1
 

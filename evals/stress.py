@@ -53,8 +53,14 @@ class StressConfig:
 
     @classmethod
     def quick_config(cls) -> StressConfig:
-        return cls(quick=True, soak_sessions=8, soak_seconds=20.0, isolation_samples=4,
-                   fuzz_timeout_s=900.0, faults_timeout_s=300.0)  # fmt: skip
+        return cls(
+            quick=True,
+            soak_sessions=8,
+            soak_seconds=20.0,
+            isolation_samples=4,
+            fuzz_timeout_s=900.0,
+            faults_timeout_s=300.0,
+        )
 
 
 # ---- stages ---------------------------------------------------------------------------------------
@@ -63,8 +69,15 @@ class StressConfig:
 def _pytest(args: list[str], timeout_s: float, log: Path, env: dict[str, str]) -> tuple[int | None, str]:
     """Run pytest in a subprocess (its own process group, killed on overrun); (rc or None, output)."""
     cmd = [sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", *args]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, **env}, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)  # fmt: skip
+    proc = subprocess.Popen(
+        cmd,
+        cwd=ROOT,
+        env={**os.environ, **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     try:
         out, _ = proc.communicate(timeout=timeout_s)
         rc: int | None = proc.returncode
@@ -128,20 +141,51 @@ def run_requests(cfg: StressConfig, out: Path) -> dict[str, Any]:
 
 def run_soak(cfg: StressConfig, out: Path) -> dict[str, Any]:
     results = soak.run(soak.SoakConfig(sessions=cfg.soak_sessions, seconds=cfg.soak_seconds), out / "soak")
-    keep = ("requests", "answered", "rejected_503", "disconnected", "other", "other_details", "wall_s",
-            "throughput_rps", "latency_p50_s", "latency_p95_s", "rss_start_mib", "rss_max_mib",
-            "rss_end_mib", "rss_growth_last_third_mib", "pool_capacity_mib", "leaked_locks",
-            "server_exit_code")  # fmt: skip
-    return {**{k: results.get(k) for k in keep}, "sessions": cfg.soak_sessions,
-            "integrity_ok": bool(results["integrity"].get("ok")),
-            "ok": bool(results["ok"]) and results.get("server_exit_code") == 0}  # fmt: skip
+    keep = (
+        "requests",
+        "answered",
+        "rejected_503",
+        "disconnected",
+        "other",
+        "other_details",
+        "wall_s",
+        "throughput_rps",
+        "latency_p50_s",
+        "latency_p95_s",
+        "rss_start_mib",
+        "rss_max_mib",
+        "rss_end_mib",
+        "rss_growth_last_third_mib",
+        "pool_capacity_mib",
+        "leaked_locks",
+        "server_exit_code",
+    )
+    return {
+        **{k: results.get(k) for k in keep},
+        "sessions": cfg.soak_sessions,
+        "integrity_ok": bool(results["integrity"].get("ok")),
+        "ok": bool(results["ok"]) and results.get("server_exit_code") == 0,
+    }
 
 
 def run_isolation(cfg: StressConfig, out: Path) -> dict[str, Any]:
     port = soak.free_port()
     url = f"http://127.0.0.1:{port}"
-    cmd = [sys.executable, "-m", "runtime.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
-           "--max-total-tokens", "16384", "--require-cache-salt", "--log-level", "warning"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "runtime.cli",
+        "serve",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--max-total-tokens",
+        "16384",
+        "--require-cache-salt",
+        "--log-level",
+        "warning",
+    ]
     with (out / "isolation-server.log").open("wb") as log:
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
         try:
@@ -153,8 +197,12 @@ def run_isolation(cfg: StressConfig, out: Path) -> dict[str, Any]:
     for key in ("a_repeat_ttft_s", "b_on_a_prompt_ttft_s", "b_fresh_ttft_s"):
         data[key] = [round(t, 4) for t in data[key]]  # type: ignore[union-attr]
     isolated = result.b_on_a_prompt_cached_tokens == 0 and 0.7 <= result.ratio_b_on_a_vs_fresh <= 1.4
-    return {**data, "requests": 1 + 4 * result.samples, "server_exit_code": exit_code,
-            "ok": isolated and result.a_repeat_cached_tokens > 0}  # fmt: skip
+    return {
+        **data,
+        "requests": 1 + 4 * result.samples,
+        "server_exit_code": exit_code,
+        "ok": isolated and result.a_repeat_cached_tokens > 0,
+    }
 
 
 def run_faults(cfg: StressConfig, out: Path) -> dict[str, Any]:
@@ -162,8 +210,13 @@ def run_faults(cfg: StressConfig, out: Path) -> dict[str, Any]:
     started = time.monotonic()
     rc, text = _pytest(args, cfg.faults_timeout_s, out / "faults.log", {})
     counts = _counts(text)
-    return {"tests": counts, "sigterm_test": not cfg.quick, "timed_out": rc is None,
-            "seconds": round(time.monotonic() - started, 1), "ok": rc == 0}  # fmt: skip
+    return {
+        "tests": counts,
+        "sigterm_test": not cfg.quick,
+        "timed_out": rc is None,
+        "seconds": round(time.monotonic() - started, 1),
+        "ok": rc == 0,
+    }
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> int | None:
@@ -234,16 +287,23 @@ def summary(stages: dict[str, Any]) -> dict[str, Any]:
 def report(results: dict[str, Any]) -> str:
     s, st = results["summary"], results["stages"]
     mode = "quick" if results["quick"] else "full"
-    lines = [f"# Stress report ({mode})", "", "| figure | value |", "|---|---|",
-             f"| HTTP requests tried (fuzz + request fuzz + soak + isolation) | {s['http_requests']} |",
-             f"| 4xx answers (fuzz + request fuzz, all expected) | {s['4xx']} |",
-             f"| server crashes in the request fuzz | {s['server_crashes']} |",
-             f"| 5xx answers: 503 overload in soak / any other | {s['5xx'] - s['5xx_other_than_503']} / {s['5xx_other_than_503']} |",
-             f"| soak requests neither answered, 503, nor our own hang-up | {s['soak_unexpected']} |",
-             f"| server RSS max (start) vs KV pool | {s['rss_max_mib']} MiB ({s['rss_start_mib']} MiB) vs {s['pool_capacity_mib']} MiB |",
-             f"| leaked locks after soak | {s['leaked_locks']} |",
-             f"| isolation: cross-tenant cached tokens, TTFT ratio B-on-A / B-fresh | {s['cross_tenant_cached_tokens']}, {_fmt(s['ttft_ratio_b_on_a_vs_fresh'])} |",
-             "", "| stage | ok | seconds | detail |", "|---|---|---|---|"]  # fmt: skip
+    lines = [
+        f"# Stress report ({mode})",
+        "",
+        "| figure | value |",
+        "|---|---|",
+        f"| HTTP requests tried (fuzz + request fuzz + soak + isolation) | {s['http_requests']} |",
+        f"| 4xx answers (fuzz + request fuzz, all expected) | {s['4xx']} |",
+        f"| server crashes in the request fuzz | {s['server_crashes']} |",
+        f"| 5xx answers: 503 overload in soak / any other | {s['5xx'] - s['5xx_other_than_503']} / {s['5xx_other_than_503']} |",
+        f"| soak requests neither answered, 503, nor our own hang-up | {s['soak_unexpected']} |",
+        f"| server RSS max (start) vs KV pool | {s['rss_max_mib']} MiB ({s['rss_start_mib']} MiB) vs {s['pool_capacity_mib']} MiB |",
+        f"| leaked locks after soak | {s['leaked_locks']} |",
+        f"| isolation: cross-tenant cached tokens, TTFT ratio B-on-A / B-fresh | {s['cross_tenant_cached_tokens']}, {_fmt(s['ttft_ratio_b_on_a_vs_fresh'])} |",
+        "",
+        "| stage | ok | seconds | detail |",
+        "|---|---|---|---|",
+    ]
     for name, stage in st.items():
         lines.append(
             f"| {name} | {'yes' if stage['ok'] else 'NO'} | {stage.get('seconds')} | {_detail(name, stage)} |"
@@ -258,12 +318,16 @@ def _detail(name: str, stage: dict[str, Any]) -> str:
     if name == "fuzz":
         return f"{stage['mode']} mode, statuses {stage['statuses']}, tests {stage['tests']}"
     if name == "requests":
-        return (f"{stage['mode']} mode, statuses {stage['statuses']}, crashes {stage['crashes']}, server RSS "
-                f"{stage['rss_before_mib']} -> {stage['rss_after_mib']} MiB")  # fmt: skip
+        return (
+            f"{stage['mode']} mode, statuses {stage['statuses']}, crashes {stage['crashes']}, server RSS "
+            f"{stage['rss_before_mib']} -> {stage['rss_after_mib']} MiB"
+        )
     if name == "soak":
-        return (f"{stage['sessions']} sessions, {stage['requests']} requests, {stage['answered']} answered, "
-                f"{stage['rejected_503']} 503, {stage['disconnected']} hang-ups, p95 {stage['latency_p95_s']} s, "
-                f"exit {stage['server_exit_code']}")  # fmt: skip
+        return (
+            f"{stage['sessions']} sessions, {stage['requests']} requests, {stage['answered']} answered, "
+            f"{stage['rejected_503']} 503, {stage['disconnected']} hang-ups, p95 {stage['latency_p95_s']} s, "
+            f"exit {stage['server_exit_code']}"
+        )
     if name == "isolation":
         return f"{stage['samples']} samples, A repeat speedup {_fmt(stage['a_speedup'])}x"
     return f"tests {stage['tests']}" + (" (SIGTERM test skipped)" if not stage["sigterm_test"] else "")

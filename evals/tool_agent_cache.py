@@ -39,8 +39,20 @@ def _free_port() -> int:
 
 
 def start_server(port: int, max_total_tokens: int) -> subprocess.Popen[bytes]:
-    cmd = [sys.executable, "-m", "runtime.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
-           "--max-total-tokens", str(max_total_tokens), "--log-level", "warning"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "runtime.cli",
+        "serve",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--max-total-tokens",
+        str(max_total_tokens),
+        "--log-level",
+        "warning",
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
@@ -86,18 +98,24 @@ def run_conversation(url: str, calls: int, max_tokens: int) -> list[dict[str, An
         instructions="You answer with the tools: get_weather for weather, celsius_to_fahrenheit for conversions.",
         tools=[get_weather, celsius_to_fahrenheit],
         model=OpenAIChatCompletionsModel(model="default", openai_client=client),
-        model_settings=ModelSettings(tool_choice="required", parallel_tool_calls=False, temperature=0,
-                                     max_tokens=max_tokens),
-    )  # fmt: skip
+        model_settings=ModelSettings(
+            tool_choice="required", parallel_tool_calls=False, temperature=0, max_tokens=max_tokens
+        ),
+    )
     rows: list[dict[str, Any]] = []
     history: list[Any] = []
     for question in QUESTIONS:
         result = Runner.run_sync(agent, [*history, {"role": "user", "content": question}], max_turns=3)
         for response in result.raw_responses:
             usage = response.usage
-            rows.append({"question": question, "prompt_tokens": usage.input_tokens,
-                         "cached_tokens": usage.input_tokens_details.cached_tokens,
-                         "completion_tokens": usage.output_tokens})  # fmt: skip
+            rows.append(
+                {
+                    "question": question,
+                    "prompt_tokens": usage.input_tokens,
+                    "cached_tokens": usage.input_tokens_details.cached_tokens,
+                    "completion_tokens": usage.output_tokens,
+                }
+            )
         history = result.to_input_list()
         if len(rows) >= calls:
             break
@@ -130,15 +148,22 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'call':>4} {'prompt':>7} {'cached':>7} {'hit':>7} {'of prev':>8}  question")
     for r in rows:
         prev = f"{r['of_previous_prompt']:.1%}" if r["of_previous_prompt"] is not None else "-"
-        print(f"{r['call']:>4} {r['prompt_tokens']:>7} {r['cached_tokens']:>7} {r['hit_rate']:>7.1%} {prev:>8}  "
-              f"{r['question']}")  # fmt: skip
+        print(
+            f"{r['call']:>4} {r['prompt_tokens']:>7} {r['cached_tokens']:>7} {r['hit_rate']:>7.1%} {prev:>8}  "
+            f"{r['question']}"
+        )
     total = sum(r["prompt_tokens"] for r in rows)
     cached = sum(r["cached_tokens"] for r in rows)
     later = rows[1:]
-    summary = {"calls": len(rows), "prompt_tokens": total, "cached_tokens": cached,
-               "hit_rate": round(cached / total, 4) if total else 0.0,
-               "hit_rate_from_call_2": round(sum(r["cached_tokens"] for r in later)
-                                             / max(1, sum(r["prompt_tokens"] for r in later)), 4)}  # fmt: skip
+    summary = {
+        "calls": len(rows),
+        "prompt_tokens": total,
+        "cached_tokens": cached,
+        "hit_rate": round(cached / total, 4) if total else 0.0,
+        "hit_rate_from_call_2": round(
+            sum(r["cached_tokens"] for r in later) / max(1, sum(r["prompt_tokens"] for r in later)), 4
+        ),
+    }
     print(json.dumps(summary))
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)

@@ -231,8 +231,9 @@ class Cluster:
         assert self.router is not None
         _signal_group(self.router.popen, signal.SIGKILL)
         port = int(self.router.url.rsplit(":", 1)[1])
-        self.router = self._spawn("router", lambda p: self._router_cmd(p, worker_urls), self.log_dir, port=port,
-                                  append=True)  # fmt: skip
+        self.router = self._spawn(
+            "router", lambda p: self._router_cmd(p, worker_urls), self.log_dir, port=port, append=True
+        )
         return self.router
 
     def dead(self) -> list[Proc]:
@@ -266,9 +267,12 @@ class Cluster:
                 )
                 fh.flush()
             popen = subprocess.Popen(
-                cmd_for(port), stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                cmd_for(port),
+                stdout=fh,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
                 start_new_session=True,  # its own process group: stop() signals the whole group
-            )  # fmt: skip
+            )
         return Proc(name, popen, log, f"http://{self.config.host}:{port}")
 
     def _worker_cmd(self, port: int) -> list[str]:
@@ -278,20 +282,50 @@ class Cluster:
             args += ["--num-threads", str(threads)]
         if "--enable-metrics" not in args:
             args.append("--enable-metrics")
-        return [sys.executable, "-m", "runtime.server.cli", "--host", self.config.host, "--port", str(port),
-                "--log-level", "warning", "--worker-id", str(port), *args]  # fmt: skip
+        return [
+            sys.executable,
+            "-m",
+            "runtime.server.cli",
+            "--host",
+            self.config.host,
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+            "--worker-id",
+            str(port),
+            *args,
+        ]
 
     def _router_cmd(self, port: int, worker_urls: list[str] | None = None) -> list[str]:
         """The same flags on both routers (smg kept sglang-router's names), except the policy's."""
         kind = self.resolve_router()
         urls = self.worker_urls if worker_urls is None else worker_urls
         return [
-            sys.executable, "-m", ROUTER_MODULES[kind], "--host", self.config.host, "--port", str(port),
-            "--worker-urls", *urls, *ROUTER_POLICIES[kind][self.config.policy],
-            "--prometheus-host", self.config.host, "--prometheus-port", str(free_port(self.config.host)),
-            "--health-check-interval-secs", "1", "--health-failure-threshold", "2",
-            "--shutdown-grace-period-secs", "2", "--log-level", "warn", *self.config.router_args,
-        ]  # fmt: skip
+            sys.executable,
+            "-m",
+            ROUTER_MODULES[kind],
+            "--host",
+            self.config.host,
+            "--port",
+            str(port),
+            "--worker-urls",
+            *urls,
+            *ROUTER_POLICIES[kind][self.config.policy],
+            "--prometheus-host",
+            self.config.host,
+            "--prometheus-port",
+            str(free_port(self.config.host)),
+            "--health-check-interval-secs",
+            "1",
+            "--health-failure-threshold",
+            "2",
+            "--shutdown-grace-period-secs",
+            "2",
+            "--log-level",
+            "warn",
+            *self.config.router_args,
+        ]
 
     def _all_registered(self, resp: httpx.Response) -> bool:
         if resp.status_code != 200:

@@ -34,11 +34,19 @@ def build_parser() -> argparse.ArgumentParser:
         "--workers", type=int, default=2, help="number of workers (each its own process and KV pool)"
     )
     p.add_argument("--port", type=int, default=30000, help="router port on 127.0.0.1")
-    p.add_argument("--policy", default="cache_aware", choices=ALL_POLICIES,
-                   help="router policy; `session` = sticky X-SMG-Routing-Key (our backend's session id), "
-                        "key-less requests cache-aware on smg, random on sglang-router")  # fmt: skip
-    p.add_argument("--router", default="auto", choices=("auto", *ROUTERS),
-                   help="which router package to launch; auto: smg if installed, else sglang-router")  # fmt: skip
+    p.add_argument(
+        "--policy",
+        default="cache_aware",
+        choices=ALL_POLICIES,
+        help="router policy; `session` = sticky X-SMG-Routing-Key (our backend's session id), "
+        "key-less requests cache-aware on smg, random on sglang-router",
+    )
+    p.add_argument(
+        "--router",
+        default="auto",
+        choices=("auto", *ROUTERS),
+        help="which router package to launch; auto: smg if installed, else sglang-router",
+    )
     p.add_argument(
         "--max-total-tokens", type=int, default=None, help="KV pool size of EACH worker, in tokens"
     )
@@ -50,12 +58,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--router-args", default="", help='extra router flags, e.g. "--cache-threshold 0.5"')
     p.add_argument("--threads-per-worker", type=int, default=None)
     p.add_argument("--log-dir", default=None, help="process logs (default: a temporary folder)")
-    p.add_argument("--max-restarts", type=int, default=5,
-                   help="restarts of a crashed worker (or router) within --restart-window; beyond that it "
-                        "stays down and the others keep serving (0: never restart)")  # fmt: skip
+    p.add_argument(
+        "--max-restarts",
+        type=int,
+        default=5,
+        help="restarts of a crashed worker (or router) within --restart-window; beyond that it "
+        "stays down and the others keep serving (0: never restart)",
+    )
     p.add_argument("--restart-window", type=float, default=600.0, help="seconds (see --max-restarts)")
-    p.add_argument("--restart-backoff", type=float, default=1.0,
-                   help="seconds before a first restart, doubled per further restart in the window (max 30)")  # fmt: skip
+    p.add_argument(
+        "--restart-backoff",
+        type=float,
+        default=1.0,
+        help="seconds before a first restart, doubled per further restart in the window (max 30)",
+    )
     return p
 
 
@@ -66,10 +82,15 @@ def config_from_args(ns: argparse.Namespace) -> ClusterConfig:
     if ns.max_total_tokens is not None:
         worker_args += ["--max-total-tokens", str(ns.max_total_tokens)]
     return ClusterConfig(
-        workers=ns.workers, port=ns.port, policy=ns.policy, router=ns.router, worker_args=tuple(worker_args),
-        router_args=tuple(shlex.split(ns.router_args)), threads_per_worker=ns.threads_per_worker,
+        workers=ns.workers,
+        port=ns.port,
+        policy=ns.policy,
+        router=ns.router,
+        worker_args=tuple(worker_args),
+        router_args=tuple(shlex.split(ns.router_args)),
+        threads_per_worker=ns.threads_per_worker,
         log_dir=ns.log_dir,
-    )  # fmt: skip
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -86,8 +107,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"radixagent cluster: {exc}", file=sys.stderr)
         return 2
     try:
-        restarts = RestartPolicy(max_restarts=ns.max_restarts, window_s=ns.restart_window,
-                                 backoff_s=ns.restart_backoff, startup_timeout_s=config.startup_timeout_s)  # fmt: skip
+        restarts = RestartPolicy(
+            max_restarts=ns.max_restarts,
+            window_s=ns.restart_window,
+            backoff_s=ns.restart_backoff,
+            startup_timeout_s=config.startup_timeout_s,
+        )
     except ValueError as exc:
         print(f"radixagent cluster: {exc}", file=sys.stderr)
         return 2

@@ -215,9 +215,16 @@ class Engine:
         `logprobs`: SGLang's `return_logprob`, `logprob_start_len`, `top_logprobs_num`,
         `return_text_in_logprobs` (each one value, or one per prompt); see runtime/logprobs.py."""
         reqs = GenerationRequest.batch(
-            prompt, input_ids, sampling_params, cache_salt, rid,
-            prefix_cache=prefix_cache, session_id=session_id, priority=priority, **logprobs,
-        )  # fmt: skip
+            prompt,
+            input_ids,
+            sampling_params,
+            cache_salt,
+            rid,
+            prefix_cache=prefix_cache,
+            session_id=session_id,
+            priority=priority,
+            **logprobs,
+        )
         results = self.run(reqs)
         return results if is_batch(prompt, input_ids) else results[0]
 
@@ -243,9 +250,16 @@ class Engine:
         if is_batch(prompt, input_ids):
             raise InvalidRequest("streaming takes a single prompt")
         (req,) = GenerationRequest.batch(
-            prompt, input_ids, sampling_params, cache_salt, rid,
-            prefix_cache=prefix_cache, session_id=session_id, priority=priority, **logprobs,
-        )  # fmt: skip
+            prompt,
+            input_ids,
+            sampling_params,
+            cache_salt,
+            rid,
+            prefix_cache=prefix_cache,
+            session_id=session_id,
+            priority=priority,
+            **logprobs,
+        )
         return self.stream(req)
 
     def stream(self, request: GenerationRequest) -> Generator[dict, None, None]:
@@ -513,9 +527,20 @@ class Engine:
         if self.tier is None:
             return {}
         t = self.tier.tier.stats()
-        flat = {f"tier_{k}": t[k] for k in ("hits", "loaded_tokens", "demoted_tokens", "bytes_read",
-                                            "bytes_written", "load_time_s", "write_time_s",
-                                            "corrupt_pages", "prefetched_tokens")}  # fmt: skip
+        flat = {
+            f"tier_{k}": t[k]
+            for k in (
+                "hits",
+                "loaded_tokens",
+                "demoted_tokens",
+                "bytes_read",
+                "bytes_written",
+                "load_time_s",
+                "write_time_s",
+                "corrupt_pages",
+                "prefetched_tokens",
+            )
+        }
         return {**flat, "tier": t}
 
     def _kv_memory(self) -> dict[str, int]:

@@ -20,13 +20,19 @@ def generic_config(c: Any) -> ModelConfig:
     heads = text.num_attention_heads
     head_dim = getattr(text, "head_dim", None) or text.hidden_size // heads
     return ModelConfig(
-        arch=text.model_type, vocab_size=text.vocab_size, hidden=text.hidden_size,
-        layers=text.num_hidden_layers, heads=heads,
-        kv_heads=getattr(text, "num_key_value_heads", None) or heads, head_dim=head_dim,
-        intermediate=getattr(text, "intermediate_size", 0) or 0, rope_theta=0.0,
-        eps=0.0, max_positions=getattr(text, "max_position_embeddings", 2048),
+        arch=text.model_type,
+        vocab_size=text.vocab_size,
+        hidden=text.hidden_size,
+        layers=text.num_hidden_layers,
+        heads=heads,
+        kv_heads=getattr(text, "num_key_value_heads", None) or heads,
+        head_dim=head_dim,
+        intermediate=getattr(text, "intermediate_size", 0) or 0,
+        rope_theta=0.0,
+        eps=0.0,
+        max_positions=getattr(text, "max_position_embeddings", 2048),
         tie_embeddings=bool(getattr(text, "tie_word_embeddings", False)),
-    )  # fmt: skip
+    )
 
 
 class HFModel:

@@ -63,8 +63,9 @@ class Supervisor:
     """`Supervisor(cluster).run()` blocks until `stop` is set or nothing can serve any more;
     `poll()` is one pass (tests drive it directly). Events go to `log` (default: stderr)."""
 
-    def __init__(self, cluster: Cluster, policy: RestartPolicy | None = None,
-                 log: Callable[[str], None] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, cluster: Cluster, policy: RestartPolicy | None = None, log: Callable[[str], None] | None = None
+    ) -> None:
         self.cluster = cluster
         self.policy = policy or RestartPolicy()
         self.log = log or (lambda msg: print(f"radixagent cluster: {msg}", file=sys.stderr, flush=True))
@@ -111,24 +112,30 @@ class Supervisor:
             self._check_starting(i, slot, now)
             return
         if slot.due is None and not proc.alive():
-            self._note(f"{proc.name} ({proc.url}, pid {proc.popen.pid}) exited with {proc.popen.returncode}; "
-                       f"log {proc.log}:\n{proc.tail(10)}")  # fmt: skip
+            self._note(
+                f"{proc.name} ({proc.url}, pid {proc.popen.pid}) exited with {proc.popen.returncode}; "
+                f"log {proc.log}:\n{proc.tail(10)}"
+            )
             self._deregister(proc.url)
             self._schedule(proc.name, slot, now)
         if slot.due is not None and now >= slot.due:
             slot.due = None
             new = self.cluster.respawn_worker(i)
             slot.starting, slot.started_at = new, now
-            self._note(f"{new.name} restarting on {new.url} (pid {new.popen.pid}, restart "
-                       f"{len(slot.restarts)}/{self.policy.max_restarts} within {self.policy.window_s:.0f} s)")  # fmt: skip
+            self._note(
+                f"{new.name} restarting on {new.url} (pid {new.popen.pid}, restart "
+                f"{len(slot.restarts)}/{self.policy.max_restarts} within {self.policy.window_s:.0f} s)"
+            )
 
     def _schedule(self, name: str, slot: _Slot, now: float) -> None:
         while slot.restarts and now - slot.restarts[0] > self.policy.window_s:
             slot.restarts.popleft()
         if len(slot.restarts) >= self.policy.max_restarts:
             slot.given_up = True
-            self._note(f"{name}: {len(slot.restarts)} restarts within {self.policy.window_s:.0f} s "
-                       f"(limit {self.policy.max_restarts}); leaving it down")  # fmt: skip
+            self._note(
+                f"{name}: {len(slot.restarts)} restarts within {self.policy.window_s:.0f} s "
+                f"(limit {self.policy.max_restarts}); leaving it down"
+            )
             return
         delay = self.policy.delay(len(slot.restarts))
         slot.restarts.append(now + delay)
@@ -139,8 +146,10 @@ class Supervisor:
         proc = slot.starting
         assert proc is not None
         if not proc.alive():
-            self._note(f"{proc.name} exited with {proc.popen.returncode} while starting; log {proc.log}:\n"
-                       f"{proc.tail(10)}")  # fmt: skip
+            self._note(
+                f"{proc.name} exited with {proc.popen.returncode} while starting; log {proc.log}:\n"
+                f"{proc.tail(10)}"
+            )
             slot.starting = None
             self._schedule(proc.name, slot, now)
             return
@@ -160,8 +169,10 @@ class Supervisor:
         if router is None or slot.given_up:
             return
         if slot.due is None and not router.alive():
-            self._note(f"router ({router.url}) exited with {router.popen.returncode}; log {router.log}:\n"
-                       f"{router.tail(10)}")  # fmt: skip
+            self._note(
+                f"router ({router.url}) exited with {router.popen.returncode}; log {router.log}:\n"
+                f"{router.tail(10)}"
+            )
             self._schedule("router", slot, now)
         if slot.due is not None and now >= slot.due:
             slot.due = None

@@ -21,8 +21,13 @@ class CacheControlBackend(WrappedBackend):
         super().__init__(inner)
         self.prefix_cache = prefix_cache
 
-    def generate(self, prompt: str | None = None, input_ids: list[int] | None = None,
-                 sampling_params: dict[str, Any] | None = None, **kwargs: Any) -> Completion:  # fmt: skip
+    def generate(
+        self,
+        prompt: str | None = None,
+        input_ids: list[int] | None = None,
+        sampling_params: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> Completion:
         kwargs["prefix_cache"] = self.prefix_cache and kwargs.get("prefix_cache", True)
         return self.inner.generate(prompt, input_ids, sampling_params, **kwargs)
 
@@ -63,8 +68,12 @@ def _server_limit(backend: Backend) -> int | None:
         return None
     inner = info.get("internal_states")
     states = [info, *(inner if isinstance(inner, list) else [inner] if isinstance(inner, dict) else [])]
-    limits = [int(v) for st in states for key in ("max_req_input_len", "max_total_num_tokens")
-              if isinstance(v := st.get(key), int) and v > 0]  # fmt: skip
+    limits = [
+        int(v)
+        for st in states
+        for key in ("max_req_input_len", "max_total_num_tokens")
+        if isinstance(v := st.get(key), int) and v > 0
+    ]
     return min(limits) if limits else None
 
 

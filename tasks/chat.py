@@ -45,11 +45,21 @@ def render(messages: list[tuple[str, str]]) -> str:
 
 def _record(session: str, step: int, completion: Completion, ideal: int) -> StepRecord:
     return StepRecord(
-        run_id=session, session_id=session, branch=0, step=step, kind="answer",
-        prompt_tokens=completion.prompt_tokens, cached_tokens=completion.cached_tokens, ideal_cached_tokens=ideal,
-        completion_tokens=completion.completion_tokens, ttft_s=completion.ttft_s, latency_s=completion.latency_s,
-        finish_reason=completion.finish_reason, prefix_break=None, tool=None,
-    )  # fmt: skip
+        run_id=session,
+        session_id=session,
+        branch=0,
+        step=step,
+        kind="answer",
+        prompt_tokens=completion.prompt_tokens,
+        cached_tokens=completion.cached_tokens,
+        ideal_cached_tokens=ideal,
+        completion_tokens=completion.completion_tokens,
+        ttft_s=completion.ttft_s,
+        latency_s=completion.latency_s,
+        finish_reason=completion.finish_reason,
+        prefix_break=None,
+        tool=None,
+    )
 
 
 def _units(backend: Backend, text: str) -> list[int] | None:
@@ -59,8 +69,13 @@ def _units(backend: Backend, text: str) -> list[int] | None:
         return None
 
 
-def chat(backend: Backend, conversation: ChatPrompt, *, max_new_tokens: int = CHAT_MAX_NEW_TOKENS,
-         on_turn: Callable[[ChatPrompt, StepRecord], None] | None = None) -> ChatResult:  # fmt: skip
+def chat(
+    backend: Backend,
+    conversation: ChatPrompt,
+    *,
+    max_new_tokens: int = CHAT_MAX_NEW_TOKENS,
+    on_turn: Callable[[ChatPrompt, StepRecord], None] | None = None,
+) -> ChatResult:
     """Replay one conversation's user turns, each answered with the history so far."""
     session = f"chat-{uuid.uuid4().hex[:12]}"
     ledger = SessionLedger()
@@ -71,8 +86,9 @@ def chat(backend: Backend, conversation: ChatPrompt, *, max_new_tokens: int = CH
         messages.append(("user", turn))
         prompt = render(messages)
         try:
-            completion = backend.generate(prompt=prompt, sampling_params=params, session_id=session,
-                                          rid=f"{session}-t{step}")  # fmt: skip
+            completion = backend.generate(
+                prompt=prompt, sampling_params=params, session_id=session, rid=f"{session}-t{step}"
+            )
         except RadixAgentError:
             result.status = "error"
             break

@@ -12,15 +12,38 @@ from dataclasses import dataclass, field
 
 COLORS = ("blue", "red", "green", "yellow", "purple", "orange", "silver", "golden", "white", "black")
 NAMES = (
-    "Elena", "Marcus", "Priya", "Tomas", "Aiko", "Farid", "Greta", "Kwame", "Lucia", "Nikolai",
-    "Sofia", "Omar", "Ingrid", "Rafael", "Yuki", "Bruno", "Amara", "Dmitri", "Hana", "Jonas",
-)  # fmt: skip
+    "Elena",
+    "Marcus",
+    "Priya",
+    "Tomas",
+    "Aiko",
+    "Farid",
+    "Greta",
+    "Kwame",
+    "Lucia",
+    "Nikolai",
+    "Sofia",
+    "Omar",
+    "Ingrid",
+    "Rafael",
+    "Yuki",
+    "Bruno",
+    "Amara",
+    "Dmitri",
+    "Hana",
+    "Jonas",
+)
 CITIES = ("Lisbon", "Oslo", "Nairobi", "Montreal", "Kyoto", "Valparaiso", "Tallinn", "Adelaide", "Porto")
 ACTIVITIES = (
-    "eat a sandwich in Dolores Park", "ride the old ferry at sunrise", "climb the clock tower at noon",
-    "swim in the northern lake", "listen to jazz in the harbour cellar", "walk across the red bridge at dusk",
-    "buy warm bread at the night market", "watch the kite festival on the beach",
-)  # fmt: skip
+    "eat a sandwich in Dolores Park",
+    "ride the old ferry at sunrise",
+    "climb the clock tower at noon",
+    "swim in the northern lake",
+    "listen to jazz in the harbour cellar",
+    "walk across the red bridge at dusk",
+    "buy warm bread at the night market",
+    "watch the kite festival on the beach",
+)
 HIDING_PLACES = ("red flowerpot", "doormat", "loose brick by the gate", "blue watering can", "garden gnome")
 ANIMALS = ("cat", "dog", "parrot", "tortoise", "rabbit", "goldfish")
 PET_NAMES = ("Biscuit", "Pepper", "Mango", "Ziggy", "Clover", "Noodle", "Waffle", "Pixel")
@@ -66,41 +89,56 @@ class Pools:
 def _code(pools: Pools) -> Fact:
     color, code = pools.colors.pop(), str(pools.rng.randint(1000, 9999))
     return Fact(
-        "needle", "code", (f"The secret code of the {color} door is {code}.",),
-        f"What is the secret code of the {color} door?", (code,),
-    )  # fmt: skip
+        "needle",
+        "code",
+        (f"The secret code of the {color} door is {code}.",),
+        f"What is the secret code of the {color} door?",
+        (code,),
+    )
 
 
 def _activity(pools: Pools) -> Fact:
     city, activity = pools.cities.pop(), pools.rng.choice(ACTIVITIES)
     return Fact(
-        "needle", "activity", (f"The best thing to do in {city} is {activity}.",),
-        f"What is the best thing to do in {city}?", (activity,),
-    )  # fmt: skip
+        "needle",
+        "activity",
+        (f"The best thing to do in {city} is {activity}.",),
+        f"What is the best thing to do in {city}?",
+        (activity,),
+    )
 
 
 def _lucky(pools: Pools) -> Fact:
     name, number = pools.names.pop(), str(pools.rng.randint(10, 999))
     return Fact(
-        "needle", "lucky-number", (f"{name}'s lucky number is {number}.",),
-        f"What is {name}'s lucky number?", (number,),
-    )  # fmt: skip
+        "needle",
+        "lucky-number",
+        (f"{name}'s lucky number is {number}.",),
+        f"What is {name}'s lucky number?",
+        (number,),
+    )
 
 
 def _key(pools: Pools) -> Fact:
     name, place = pools.names.pop(), pools.rng.choice(HIDING_PLACES)
     return Fact(
-        "needle", "spare-key", (f"{name} hid the spare key under the {place}.",),
-        f"Where did {name} hide the spare key?", (f"under the {place}", place),
-    )  # fmt: skip
+        "needle",
+        "spare-key",
+        (f"{name} hid the spare key under the {place}.",),
+        f"Where did {name} hide the spare key?",
+        (f"under the {place}", place),
+    )
 
 
 def _pet(pools: Pools) -> Fact:
     name, animal, pet = pools.names.pop(), pools.animals.pop(), pools.rng.choice(PET_NAMES)
     return Fact(
-        "needle", "pet-name", (f"{name}'s {animal} is named {pet}.",),
-        f"What is the name of {name}'s {animal}?", (pet,),
-    )  # fmt: skip
+        "needle",
+        "pet-name",
+        (f"{name}'s {animal} is named {pet}.",),
+        f"What is the name of {name}'s {animal}?",
+        (pet,),
+    )
 
 
 SINGLE_TEMPLATES = (_code, _activity, _lucky, _key, _pet)

@@ -108,17 +108,31 @@ def qa_examples(count: int | None = None) -> list[Example]:
     return [Example(q, answer, ((SEARCH, {"query": query}, obs),)) for q, query, obs, answer in rows]
 
 
-def build_agent(backend: Backend, doc: Document, *, max_steps: int = QA_MAX_STEPS,
-                trace_path: Path | None = None, examples: int | None = None) -> Agent:  # fmt: skip
+def build_agent(
+    backend: Backend,
+    doc: Document,
+    *,
+    max_steps: int = QA_MAX_STEPS,
+    trace_path: Path | None = None,
+    examples: int | None = None,
+) -> Agent:
     """The QA agent: its head (system + tool + numbered document + worked examples) is the same
     for every question; the first action of every question is a search (tool_choice="required")."""
     title = prompts.DOCUMENT_TITLE.format(name=Path(doc.path).name)
     return Agent(
-        backend, system=prompts.QA_AGENT_SYSTEM, tools=[search_tool(doc)],
-        documents=[(title, number_paragraphs(doc.text))], max_steps=max_steps, reflect=False,
-        dead_end=False, max_backtracks=1, trace_path=trace_path, tool_choice="required",
-        sampling={**GREEDY, "max_new_tokens": QA_MAX_NEW_TOKENS}, examples=qa_examples(examples),
-    )  # fmt: skip
+        backend,
+        system=prompts.QA_AGENT_SYSTEM,
+        tools=[search_tool(doc)],
+        documents=[(title, number_paragraphs(doc.text))],
+        max_steps=max_steps,
+        reflect=False,
+        dead_end=False,
+        max_backtracks=1,
+        trace_path=trace_path,
+        tool_choice="required",
+        sampling={**GREEDY, "max_new_tokens": QA_MAX_NEW_TOKENS},
+        examples=qa_examples(examples),
+    )
 
 
 def task_text(question: str) -> str:
@@ -147,8 +161,9 @@ def check_head_fits(backend: Backend, doc: Document, leader: Run) -> None:
     documents.check_fits(doc, tokens, context_limit(backend) - QA_ROOM)
 
 
-def answer_question(leader: Run, branch: int, doc: Document, question: Question,
-                    on_step: OnStep | None = None) -> QAResult:  # fmt: skip
+def answer_question(
+    leader: Run, branch: int, doc: Document, question: Question, on_step: OnStep | None = None
+) -> QAResult:
     """Run one question as branch `branch` of the leader's run (it extends the prefilled head).
 
     A custom policy over `Run.step`: after each search, the answer is constrained to a verbatim
@@ -273,22 +288,34 @@ def answer_row(question: Question, run: Run, verdicts: list[Verdict], latency_s:
     final = verdicts[-1] if verdicts and run.status == "answered" else None
     answer = run.answer
     row: dict[str, Any] = {
-        "id": question.id, "question": question.question, "answer": answer,
-        "citations": list(final.citations) if final else [], "cited_by": final.cited_by if final else None,
+        "id": question.id,
+        "question": question.question,
+        "answer": answer,
+        "citations": list(final.citations) if final else [],
+        "cited_by": final.cited_by if final else None,
         "paragraphs": list(final.paragraphs) if final else [],
-        "status": run.status, "verified": run.verified, "steps": len(run.trace),
-    }  # fmt: skip
+        "status": run.status,
+        "verified": run.verified,
+        "steps": len(run.trace),
+    }
     if answer is None:
         row["answer"] = answer = prompts.QA_NOT_FOUND  # explicit, never a silent gap
     if question.answer is not None:
         score = score_answer(answer or "", question.answer)
-        row.update(gold=question.answer, correct=bool(score.contains), exact=score.exact,
-                   contains=score.contains, f1=round(score.f1, 4))  # fmt: skip
+        row.update(
+            gold=question.answer,
+            correct=bool(score.contains),
+            exact=score.exact,
+            contains=score.contains,
+            f1=round(score.f1, 4),
+        )
     first = run.trace[0] if run.trace else None
     row.update(
-        prompt_tokens=sum(r.prompt_tokens for r in run.trace), cached_tokens=sum(r.cached_tokens for r in run.trace),
-        ttft_s=round(first.ttft_s, 4) if first else None, latency_s=round(latency_s, 4),
-    )  # fmt: skip
+        prompt_tokens=sum(r.prompt_tokens for r in run.trace),
+        cached_tokens=sum(r.cached_tokens for r in run.trace),
+        ttft_s=round(first.ttft_s, 4) if first else None,
+        latency_s=round(latency_s, 4),
+    )
     return row
 
 
@@ -340,8 +367,16 @@ def _fresh(path: Path) -> Path:
     return path
 
 
-def _fan_out(leader: Run, doc: Document, questions: Sequence[Question], concurrency: int, report: QAReport,
-             sink: JsonlSink | None, progress: bool, on_step: OnStep | None) -> None:  # fmt: skip
+def _fan_out(
+    leader: Run,
+    doc: Document,
+    questions: Sequence[Question],
+    concurrency: int,
+    report: QAReport,
+    sink: JsonlSink | None,
+    progress: bool,
+    on_step: OnStep | None,
+) -> None:
     def one(index: int, question: Question) -> None:
         result = answer_question(leader, index + 1, doc, question, on_step)
         report.results.append(result)

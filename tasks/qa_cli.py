@@ -51,14 +51,22 @@ def summarize(report: QAReport) -> QASummary:
     ideal = sum(r.ideal_cached_tokens for r in records)
     firsts = _first_ttfts(report.results)
     return QASummary(
-        questions=len(rows), answered=sum(row["status"] == "answered" for row in rows), judged=len(judged),
-        accuracy=_mean([float(row["correct"]) for row in judged]), exact=_mean([row["exact"] for row in judged]),
-        f1=_mean([row["f1"] for row in judged]), hit_rate=hit_rate(records), question_hit_rate=hit_rate(calls),
+        questions=len(rows),
+        answered=sum(row["status"] == "answered" for row in rows),
+        judged=len(judged),
+        accuracy=_mean([float(row["correct"]) for row in judged]),
+        exact=_mean([row["exact"] for row in judged]),
+        f1=_mean([row["f1"] for row in judged]),
+        hit_rate=hit_rate(records),
+        question_hit_rate=hit_rate(calls),
         fidelity=sum(r.cached_tokens for r in records) / ideal if ideal else 1.0,
         prefill_ttft_s=report.prefill.ttft_s if report.prefill else None,
-        first_ttft_s=firsts[0] if firsts else None, followup_ttft_p50_s=percentile(firsts[1:], 50),
-        ttft_p50_s=percentile([r.ttft_s for r in calls], 50), e2e_s=report.e2e_s, interrupted=report.interrupted,
-    )  # fmt: skip
+        first_ttft_s=firsts[0] if firsts else None,
+        followup_ttft_p50_s=percentile(firsts[1:], 50),
+        ttft_p50_s=percentile([r.ttft_s for r in calls], 50),
+        e2e_s=report.e2e_s,
+        interrupted=report.interrupted,
+    )
 
 
 def _pct(value: float | None) -> str:
@@ -123,8 +131,15 @@ def main(argv: list[str]) -> int:
         doc, questions = load_document(args.doc), load_questions(args.questions)
         backend = with_cache(open_backend(args.backend), not args.no_cache)
         try:
-            report = run_qa(backend, doc, questions, concurrency=args.concurrency, out_dir=args.out,
-                            progress=True, max_steps=args.max_steps)  # fmt: skip
+            report = run_qa(
+                backend,
+                doc,
+                questions,
+                concurrency=args.concurrency,
+                out_dir=args.out,
+                progress=True,
+                max_steps=args.max_steps,
+            )
         finally:
             backend.close()
     except TaskInputError as exc:

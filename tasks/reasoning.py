@@ -34,9 +34,14 @@ REASONING_MAX_NEW_TOKENS = 48
 DEFAULT_PROBLEMS = 6  # the suite's default size: each problem costs several model calls on 2 cores
 
 _BINARY: dict[type[ast.operator], Callable[[Any, Any], Any]] = {
-    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
-    ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow,
-}  # fmt: skip
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+    ast.Pow: operator.pow,
+}
 _UNARY: dict[type[ast.unaryop], Callable[[Any], Any]] = {ast.USub: operator.neg, ast.UAdd: operator.pos}
 _FUNCTIONS: dict[str, Callable[..., Any]] = {"min": min, "max": max, "abs": abs, "round": round}
 MAX_EXPONENT = 64
@@ -128,10 +133,11 @@ def examples_text() -> str:
     """The worked examples as one system-prompt section. Measured on the bundled problems, this
     compact form beats demonstrated turns (agent `Example`s) for the calculator habit."""
     body = "\n\n".join(
-        prompts.REASONING_EXAMPLE.format(problem=p, call=call_json("calculator", {"expression": e}), result=r,
-                                         answer=answer_json(r))
+        prompts.REASONING_EXAMPLE.format(
+            problem=p, call=call_json("calculator", {"expression": e}), result=r, answer=answer_json(r)
+        )
         for p, e, r in prompts.REASONING_EXAMPLES
-    )  # fmt: skip
+    )
     return prompts.REASONING_EXAMPLES_SECTION.format(examples=body)
 
 
@@ -167,15 +173,27 @@ class ProblemResult:
     seconds: float
 
 
-def solve(backend: Backend, question: Question, *, max_steps: int = REASONING_MAX_STEPS,
-          on_step: Callable[[Question, Step], None] | None = None) -> ProblemResult:  # fmt: skip
+def solve(
+    backend: Backend,
+    question: Question,
+    *,
+    max_steps: int = REASONING_MAX_STEPS,
+    on_step: Callable[[Question, Step], None] | None = None,
+) -> ProblemResult:
     """One problem: an agent run whose verifier knows the gold answer."""
     rejected: list[str] = []
     agent = Agent(
-        backend, system=prompts.REASONING_SYSTEM + examples_text(), tools=[calculator_tool()], max_steps=max_steps,
-        reflect=True, verify=make_verifier(question, rejected), dead_end=False, max_backtracks=2, examples=(),
+        backend,
+        system=prompts.REASONING_SYSTEM + examples_text(),
+        tools=[calculator_tool()],
+        max_steps=max_steps,
+        reflect=True,
+        verify=make_verifier(question, rejected),
+        dead_end=False,
+        max_backtracks=2,
+        examples=(),
         sampling={**GREEDY, "max_new_tokens": REASONING_MAX_NEW_TOKENS},
-    )  # fmt: skip
+    )
     started = time.perf_counter()
     run = agent.start(task_text(question.question))
     try:

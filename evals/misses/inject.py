@@ -46,8 +46,16 @@ def account(
     if ids is not base.steps[-1][0]:
         prompt, out = base.steps[-1]
         ledger.record(0, prompt, out, None, "w0")
-    ev = StepEvent(branch=0, sent=ids, sent_output=completion.output_ids, units=ids,
-                   outputs=completion.output_ids, served=served_from(completion), salt=salt, worker=worker)  # fmt: skip
+    ev = StepEvent(
+        branch=0,
+        sent=ids,
+        sent_output=completion.output_ids,
+        units=ids,
+        outputs=completion.output_ids,
+        served=served_from(completion),
+        salt=salt,
+        worker=worker,
+    )
     return StepAccounting(ledger).observe(ev)
 
 
@@ -114,8 +122,12 @@ def inject_eviction(small: Any, n: int, rng: random.Random, tally: Tally) -> Non
         acc = account(base, ids, c)
         held = len(base.full) - 1
         kind = "eviction" if c.cached_tokens < held else "eviction (none happened)"
-        tally.add(kind, expected_miss("eviction", len(base.full), len(ids), c.cached_tokens), acc.miss,
-                  f"cached {c.cached_tokens} of {held}")  # fmt: skip
+        tally.add(
+            kind,
+            expected_miss("eviction", len(base.full), len(ids), c.cached_tokens),
+            acc.miss,
+            f"cached {c.cached_tokens} of {held}",
+        )
 
 
 def run(

@@ -90,8 +90,12 @@ def _session(client: Any, small: Any, kind: str, index: int, seed: int) -> dict[
         p2 = p1 + random_ids(rng, TURN_TOKENS)
     if kind == "eviction":  # another tenant's fillers push the session out of the small pool
         for _ in range(2):
-            target.completions.create(model="default", prompt=random_ids(rng, 300), max_tokens=0,
-                                      extra_body={"cache_salt": f"filler-{index}"})  # fmt: skip
+            target.completions.create(
+                model="default",
+                prompt=random_ids(rng, 300),
+                max_tokens=0,
+                extra_body={"cache_salt": f"filler-{index}"},
+            )
     _request(target, p2, name, naming, prefix_cache=kind != "cache_off")
     return {"name": name, "kind": kind, "p0": len(p0), "p1": len(p1), "p2": len(p2), "offset": offset}
 
@@ -102,8 +106,12 @@ def check(records: list[StepRecord], spec: dict[str, Any], tally: Tally) -> None
         tally.add(spec["kind"], {"steps": 3}, {"steps": len(steps)}, spec["name"])
         return
     _, control, injected = steps
-    tally.add("control", expected_miss("control", spec["p0"], spec["p1"], control.cached_tokens, output=False),
-              control.miss, spec["name"])  # fmt: skip
+    tally.add(
+        "control",
+        expected_miss("control", spec["p0"], spec["p1"], control.cached_tokens, output=False),
+        control.miss,
+        spec["name"],
+    )
     expected = expected_miss(
         spec["kind"], spec["p1"], spec["p2"], injected.cached_tokens, spec["offset"], False
     )

@@ -56,9 +56,15 @@ class Backend:
 
         try:
             request = GenerationRequest.of(
-                prompt, input_ids, sampling_params, session_id=session_id, cache_salt=cache_salt,
-                priority=priority, prefix_cache=prefix_cache, rid=rid,
-            )  # fmt: skip
+                prompt,
+                input_ids,
+                sampling_params,
+                session_id=session_id,
+                cache_salt=cache_salt,
+                priority=priority,
+                prefix_cache=prefix_cache,
+                rid=rid,
+            )
         except InvalidRequest as exc:
             raise BackendError(f"InvalidRequest: {exc}", status=400) from exc
         return self.complete(request)

@@ -184,9 +184,13 @@ class SessionRegistry:
     def expire_idle(self, now: float) -> int:
         """Close sessions idle past `idle_timeout_s` (nothing in flight, no tool deadline ahead)."""
         self._opened_since_sweep = 0
-        stale = [s for s in self._states.values()
-                 if not s.in_flight and now - s.last_activity > self.idle_timeout_s
-                 and (s.deadline is None or s.deadline < now)]  # fmt: skip
+        stale = [
+            s
+            for s in self._states.values()
+            if not s.in_flight
+            and now - s.last_activity > self.idle_timeout_s
+            and (s.deadline is None or s.deadline < now)
+        ]
         for state in stale:
             self._close(state)
         return len(stale)

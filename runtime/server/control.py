@@ -54,8 +54,12 @@ def control_router(state: ServerState) -> APIRouter:
             )
         except (InvalidRequest, TimeoutError, RuntimeError) as exc:
             message = f"Failed to update weights: {exc}"
-            body = {"success": False, "message": message, "num_paused_requests": 0,
-                    "error": {"message": message, "type": "invalid_request_error", "code": 400}}  # fmt: skip
+            body = {
+                "success": False,
+                "message": message,
+                "num_paused_requests": 0,
+                "error": {"message": message, "type": "invalid_request_error", "code": 400},
+            }
             return JSONResponse(body, status_code=400)
         state.model_path = str(req.model_path)
         if req.weight_version is not None:
@@ -120,22 +124,24 @@ def internal_states(state: ServerState, stats: dict[str, Any]) -> list[dict[str,
     config = getattr(engine, "config", None)
     model = getattr(engine, "model", None)
     weight_bytes = _weight_bytes(model)
-    return [{
-        "world_size": 1,
-        "dp_size": 1,
-        "effective_max_running_requests_per_dp": getattr(config, "max_running_requests", None),
-        "max_total_num_tokens": stats.get("pool_capacity_tokens"),
-        "last_gen_throughput": float(stats.get("gen_throughput", 0.0)),
-        "memory_usage": {
-            "weight": round(weight_bytes / 2**30, 3),
-            "kvcache": round(float(stats.get("pool_capacity_bytes", 0)) / 2**30, 3),
-            "token_capacity": int(stats.get("pool_capacity_tokens", 0)),
-            "token_capacity_swa": None,
-            "graph": {},
-        },
-        "weight_version": state.weight_version,
-        "weights_version": int(stats.get("weights_version", 0)),
-    }]  # fmt: skip
+    return [
+        {
+            "world_size": 1,
+            "dp_size": 1,
+            "effective_max_running_requests_per_dp": getattr(config, "max_running_requests", None),
+            "max_total_num_tokens": stats.get("pool_capacity_tokens"),
+            "last_gen_throughput": float(stats.get("gen_throughput", 0.0)),
+            "memory_usage": {
+                "weight": round(weight_bytes / 2**30, 3),
+                "kvcache": round(float(stats.get("pool_capacity_bytes", 0)) / 2**30, 3),
+                "token_capacity": int(stats.get("pool_capacity_tokens", 0)),
+                "token_capacity_swa": None,
+                "graph": {},
+            },
+            "weight_version": state.weight_version,
+            "weights_version": int(stats.get("weights_version", 0)),
+        }
+    ]
 
 
 def _weight_bytes(model: Any) -> int:

@@ -108,13 +108,15 @@ def native_router(state: ServerState) -> APIRouter:
                 loads_api.prometheus(loads), media_type="text/plain; version=0.0.4; charset=utf-8"
             )
         accelerator, count = loads_api.accelerator(state.engine)
-        return JSONResponse({
-            "timestamp": datetime.now(UTC).isoformat(),
-            "version": VERSION,
-            "accelerator": accelerator,
-            "num_accelerators": count,
-            "loads": loads,
-        })  # fmt: skip
+        return JSONResponse(
+            {
+                "timestamp": datetime.now(UTC).isoformat(),
+                "version": VERSION,
+                "accelerator": accelerator,
+                "num_accelerators": count,
+                "loads": loads,
+            }
+        )
 
     @r.post("/flush_cache")
     @r.get("/flush_cache")

@@ -125,11 +125,24 @@ def _check_single(req: _OpenAIBase, prompt: Any) -> None:
 
 
 #: arguments of transformers' apply_chat_template (messages and tools have their own request fields)
-TEMPLATE_CALL_ARGS = frozenset({
-    "conversation", "tools", "documents", "chat_template", "add_generation_prompt", "continue_final_message",
-    "tokenize", "padding", "truncation", "max_length", "return_tensors", "return_dict",
-    "return_assistant_tokens_mask", "tokenizer_kwargs",
-})  # fmt: skip
+TEMPLATE_CALL_ARGS = frozenset(
+    {
+        "conversation",
+        "tools",
+        "documents",
+        "chat_template",
+        "add_generation_prompt",
+        "continue_final_message",
+        "tokenize",
+        "padding",
+        "truncation",
+        "max_length",
+        "return_tensors",
+        "return_dict",
+        "return_assistant_tokens_mask",
+        "tokenizer_kwargs",
+    }
+)
 
 
 def _template_kwargs(extra: dict[str, Any] | None) -> dict[str, Any]:

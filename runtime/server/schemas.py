@@ -121,9 +121,13 @@ class SamplingParamsIn(BaseModel):
 #: defaults: at exactly these values they ask for what this server does anyway, so they are taken
 #: (and dropped); any other value stays an unknown field, i.e. a 400 naming it (docs/compat.md).
 ROUTER_DEFAULTS: dict[str, object] = {
-    "log_metrics": True, "background": False, "no_logs": False, "return_bytes": False,
-    "return_entropy": False, "return_hidden_states": False,
-}  # fmt: skip
+    "log_metrics": True,
+    "background": False,
+    "no_logs": False,
+    "return_bytes": False,
+    "return_entropy": False,
+    "return_hidden_states": False,
+}
 
 
 class GenerateRequest(_Request):

@@ -49,8 +49,11 @@ class GuardedH11Protocol(H11Protocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         if len(self.connections) > self.max_connections:
-            transport.write(raw_error(503, f"too many connections (limit {self.max_connections}); retry later",
-                                      "overloaded"))  # fmt: skip
+            transport.write(
+                raw_error(
+                    503, f"too many connections (limit {self.max_connections}); retry later", "overloaded"
+                )
+            )
             transport.close()
             return
         self._arm()

@@ -24,11 +24,68 @@ S = "sglang:"
 #: SGLang's default buckets (TokenizerMetricsCollector)
 TTFT_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400)
 E2E_BUCKETS = TTFT_BUCKETS + (600, 1200, 1800, 2400)
-ITL_BUCKETS = (0.002, 0.004, 0.006, 0.008, 0.010, 0.015, 0.020, 0.025, 0.030, 0.035, 0.040, 0.060,
-               0.080, 0.100, 0.200, 0.400, 0.600, 0.800, 1.000, 2.000, 4.000, 6.000, 8.000)  # fmt: skip
-TOKEN_BUCKETS = (100, 300, 500, 700, 1000, 1500, 2000, 3000, 4000, 5000, 6000, 7000, 8000, 9000, 10000,
-                 12500, 15000, 17500, 20000, 22500, 25000, 27500, 30000, 35000, 40000, 60000, 80000,
-                 100000, 200000, 300000, 400000, 600000, 800000, 1000000, 1100000)  # fmt: skip
+ITL_BUCKETS = (
+    0.002,
+    0.004,
+    0.006,
+    0.008,
+    0.010,
+    0.015,
+    0.020,
+    0.025,
+    0.030,
+    0.035,
+    0.040,
+    0.060,
+    0.080,
+    0.100,
+    0.200,
+    0.400,
+    0.600,
+    0.800,
+    1.000,
+    2.000,
+    4.000,
+    6.000,
+    8.000,
+)
+TOKEN_BUCKETS = (
+    100,
+    300,
+    500,
+    700,
+    1000,
+    1500,
+    2000,
+    3000,
+    4000,
+    5000,
+    6000,
+    7000,
+    8000,
+    9000,
+    10000,
+    12500,
+    15000,
+    17500,
+    20000,
+    22500,
+    25000,
+    27500,
+    30000,
+    35000,
+    40000,
+    60000,
+    80000,
+    100000,
+    200000,
+    300000,
+    400000,
+    600000,
+    800000,
+    1000000,
+    1100000,
+)
 
 
 def _used(stats: dict[str, Any]) -> int:
@@ -103,8 +160,9 @@ class SGLangSchedulerCollector(Collector):
             family = GaugeMetricFamily(S + name, doc, labels=names)
             family.add_metric(values, float(value(stats)))
             yield family
-        evicted = CounterMetricFamily(S + "evicted_tokens", "The number of tokens evicted from the radix cache.",
-                                      labels=names)  # fmt: skip
+        evicted = CounterMetricFamily(
+            S + "evicted_tokens", "The number of tokens evicted from the radix cache.", labels=names
+        )
         evicted.add_metric(values, float(stats.get("evicted_tokens", 0)))
         yield evicted
 
@@ -123,33 +181,50 @@ class SGLangRequestMetrics:
             return Histogram(S + name, doc, labels, buckets=buckets, registry=registry)
 
         self.prompt_tokens = counter("prompt_tokens_total", "Number of prefill tokens processed.", streaming)
-        self.generation_tokens = counter("generation_tokens_total", "Number of generation tokens processed.",
-                                         streaming)  # fmt: skip
-        self.cached_tokens = counter("cached_tokens_total",
-                                     "Number of cached prompt tokens by source (device/host/storage).",
-                                     [*base, "cache_source"])  # fmt: skip
+        self.generation_tokens = counter(
+            "generation_tokens_total", "Number of generation tokens processed.", streaming
+        )
+        self.cached_tokens = counter(
+            "cached_tokens_total",
+            "Number of cached prompt tokens by source (device/host/storage).",
+            [*base, "cache_source"],
+        )
         self.requests = counter("num_requests_total", "Number of requests processed.", streaming)
         self.aborted = counter("num_aborted_requests_total", "Number of requests aborted.", base)
         self.aborted.labels(**self.labels)  # a 0 sample from the start, as a fresh SGLang server shows
-        self.ttft = histogram("time_to_first_token_seconds", "Histogram of time to first token in seconds.",
-                              streaming, TTFT_BUCKETS)  # fmt: skip
-        self.itl = histogram("inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
-                             base, ITL_BUCKETS)  # fmt: skip
-        self.tpot = histogram("request_time_per_output_token_seconds",
-                              "Per-request TPOT in seconds: (finished_time - first_token_time) / (completion_tokens - 1).",
-                              streaming, ITL_BUCKETS)  # fmt: skip
-        self.e2e = histogram("e2e_request_latency_seconds", "Histogram of End-to-end request latency in seconds",
-                             streaming, E2E_BUCKETS)  # fmt: skip
-        self.prompt_hist = histogram("prompt_tokens_histogram", "Histogram of prompt token length.", base,
-                                     TOKEN_BUCKETS)  # fmt: skip
+        self.ttft = histogram(
+            "time_to_first_token_seconds",
+            "Histogram of time to first token in seconds.",
+            streaming,
+            TTFT_BUCKETS,
+        )
+        self.itl = histogram(
+            "inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", base, ITL_BUCKETS
+        )
+        self.tpot = histogram(
+            "request_time_per_output_token_seconds",
+            "Per-request TPOT in seconds: (finished_time - first_token_time) / (completion_tokens - 1).",
+            streaming,
+            ITL_BUCKETS,
+        )
+        self.e2e = histogram(
+            "e2e_request_latency_seconds",
+            "Histogram of End-to-end request latency in seconds",
+            streaming,
+            E2E_BUCKETS,
+        )
+        self.prompt_hist = histogram(
+            "prompt_tokens_histogram", "Histogram of prompt token length.", base, TOKEN_BUCKETS
+        )
         self.uncached_hist = histogram(
             "uncached_prompt_tokens_histogram",
             "Histogram of uncached (compute) prompt token length.",
             base,
             TOKEN_BUCKETS,
         )
-        self.generation_hist = histogram("generation_tokens_histogram", "Histogram of generation token length.",
-                                         base, TOKEN_BUCKETS)  # fmt: skip
+        self.generation_hist = histogram(
+            "generation_tokens_histogram", "Histogram of generation token length.", base, TOKEN_BUCKETS
+        )
 
     def observe(self, meta: dict[str, Any], stream: bool) -> None:
         """One finished request's meta_info (prompt/completion/cached tokens, ttft, e2e_latency)."""

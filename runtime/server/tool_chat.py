@@ -71,9 +71,13 @@ class ToolCalling:
         if tokenizer is not None and template_takes_tools(tokenizer):
             defs = [json.loads(json.dumps(t.definition(), sort_keys=True)) for t in tools] or None
             text = await self.state.bridge.call(
-                tokenizer.apply_chat_template, native_messages(messages), tools=defs,
-                tokenize=False, add_generation_prompt=True, **(template_kwargs or {}),
-            )  # fmt: skip
+                tokenizer.apply_chat_template,
+                native_messages(messages),
+                tools=defs,
+                tokenize=False,
+                add_generation_prompt=True,
+                **(template_kwargs or {}),
+            )
             return text, None
         hits: list[Hit] = []
         rendered = fallback_messages(messages, tools, self.fmt, self.memo, hits)

@@ -63,12 +63,14 @@ def call_schema(tools: Sequence[tuple[str, dict[str, Any]]], args_key: str) -> d
     for i, (name, params) in enumerate(tools):
         key = f"tool{i}"
         defs[key] = _rebase_refs(json.loads(json.dumps(params, sort_keys=True)), f"#/$defs/{key}")
-        options.append({
-            "type": "object",
-            "properties": {"name": {"const": name}, args_key: {"$ref": f"#/$defs/{key}"}},
-            "required": ["name", args_key],
-            "additionalProperties": False,
-        })  # fmt: skip
+        options.append(
+            {
+                "type": "object",
+                "properties": {"name": {"const": name}, args_key: {"$ref": f"#/$defs/{key}"}},
+                "required": ["name", args_key],
+                "additionalProperties": False,
+            }
+        )
     root: dict[str, Any] = options[0] if len(options) == 1 else {"anyOf": options}
     return {**root, "$defs": defs, "x-guidance": {"whitespace_flexible": False}}
 

@@ -99,17 +99,34 @@ class TraceDir:
         with self._lock:
             state = self._session(tenant, session)
             step, state.steps = state.steps, state.steps + 1
-            ev = StepEvent(branch=0, sent=ids, sent_output=output, units=ids, outputs=output, served=served,
-                           completion_tokens=len(output), worker=_str(meta.get("worker_id")))  # fmt: skip
+            ev = StepEvent(
+                branch=0,
+                sent=ids,
+                sent_output=output,
+                units=ids,
+                outputs=output,
+                served=served,
+                completion_tokens=len(output),
+                worker=_str(meta.get("worker_id")),
+            )
             account = state.accounting.observe(ev)
             record = StepRecord(
-                run_id=session, session_id=session, branch=0, step=step, kind="act",
-                prompt_tokens=served.prompt_tokens, cached_tokens=served.cached_tokens,
-                ideal_cached_tokens=account.ideal_cached_tokens, completion_tokens=len(output),
-                ttft_s=float(meta.get("ttft") or 0.0), latency_s=float(meta.get("e2e_latency") or 0.0),
-                finish_reason=str(meta["finish_reason"].get("type")), prefix_break=account.prefix_break,
-                tool=None, miss=account.miss,
-            )  # fmt: skip
+                run_id=session,
+                session_id=session,
+                branch=0,
+                step=step,
+                kind="act",
+                prompt_tokens=served.prompt_tokens,
+                cached_tokens=served.cached_tokens,
+                ideal_cached_tokens=account.ideal_cached_tokens,
+                completion_tokens=len(output),
+                ttft_s=float(meta.get("ttft") or 0.0),
+                latency_s=float(meta.get("e2e_latency") or 0.0),
+                finish_reason=str(meta["finish_reason"].get("type")),
+                prefix_break=account.prefix_break,
+                tool=None,
+                miss=account.miss,
+            )
             self._write(tenant, record)
 
     def _session(self, tenant: str, session: str) -> _Session:

@@ -114,8 +114,18 @@ class FakeBackend(Backend):
         outputs = list(self.script)
         return outputs[min(call.index, len(outputs) - 1)]
 
-    def generate(self, prompt=None, input_ids=None, sampling_params=None, *, session_id=None,
-                 cache_salt=None, priority=None, prefix_cache=True, rid=None) -> Completion:  # fmt: skip
+    def generate(
+        self,
+        prompt=None,
+        input_ids=None,
+        sampling_params=None,
+        *,
+        session_id=None,
+        cache_salt=None,
+        priority=None,
+        prefix_cache=True,
+        rid=None,
+    ) -> Completion:
         params = dict(sampling_params or {})
         if input_ids is not None and not self.supports_input_ids:
             raise BackendError("fake backend: input_ids not supported", status=400)
@@ -139,10 +149,16 @@ class FakeBackend(Backend):
             if use_cache:
                 self.cache.insert(cache_salt, ids + out_ids)
         return Completion(
-            text=text, output_ids=out_ids, prompt_tokens=len(ids), cached_tokens=call.cached_tokens,
-            completion_tokens=len(out_ids), finish_reason=finish, ttft_s=0.001, latency_s=0.002,
+            text=text,
+            output_ids=out_ids,
+            prompt_tokens=len(ids),
+            cached_tokens=call.cached_tokens,
+            completion_tokens=len(out_ids),
+            finish_reason=finish,
+            ttft_s=0.001,
+            latency_s=0.002,
             request_id=rid or f"fake-{call.index}",
-        )  # fmt: skip
+        )
 
     def _stop(self, out_ids: list[int], params: dict[str, Any]) -> tuple[list[int], str, bool]:
         """(ids, text, stopped) after SGLang's stop rules: a stop token ends the output (kept in the

@@ -41,8 +41,14 @@ PRICING = (
 
 @pytest.mark.slow
 def test_readme_calculator_calls_add_with_the_tasks_numbers(engine):
-    agent = Agent(connect(engine), system="You are a careful calculator.", tools=[add], tool_choice="required",
-                  max_steps=3, sampling={"max_new_tokens": 48})  # fmt: skip
+    agent = Agent(
+        connect(engine),
+        system="You are a careful calculator.",
+        tools=[add],
+        tool_choice="required",
+        max_steps=3,
+        sampling={"max_new_tokens": 48},
+    )
     result = agent.run("What is 17 + 25?")
     calls = _calls(result)
     assert calls and calls[0] == {
@@ -55,8 +61,13 @@ def test_readme_calculator_calls_add_with_the_tasks_numbers(engine):
 
 @pytest.mark.slow
 def test_pricing_task_calls_the_tool_it_names_with_listed_numbers(engine):
-    agent = Agent(connect(engine), system="You are a shop assistant.", tools=[multiply, add_numbers],
-                  max_steps=3, sampling={"max_new_tokens": 48})  # fmt: skip
+    agent = Agent(
+        connect(engine),
+        system="You are a shop assistant.",
+        tools=[multiply, add_numbers],
+        max_steps=3,
+        sampling={"max_new_tokens": 48},
+    )
     result = agent.run(PRICING)  # tool_choice "auto": the task names the tool, so it is called first
     calls = _calls(result)
     assert calls and calls[0]["name"] == "multiply" and calls[0]["error"] is None

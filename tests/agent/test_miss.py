@@ -10,8 +10,15 @@ from runtime.ledger import Matches, Served, SessionLedger, StepAccounting, StepE
 
 
 def step(acc: StepAccounting, prompt: list[int], out: list[int], served: Served, **kw) -> dict[str, int]:
-    ev = StepEvent(branch=kw.pop("branch", 0), sent=prompt, sent_output=out, units=prompt, outputs=out,
-                   served=served, **kw)  # fmt: skip
+    ev = StepEvent(
+        branch=kw.pop("branch", 0),
+        sent=prompt,
+        sent_output=out,
+        units=prompt,
+        outputs=out,
+        served=served,
+        **kw,
+    )
     account = acc.observe(ev)
     assert sum(account.miss.values()) == served.prompt_tokens - served.cached_tokens
     return account.miss

@@ -27,8 +27,16 @@ def _check_sums(records) -> None:
 
 
 def test_byte_stable_run_misses_only_new_and_last_token(engine) -> None:
-    agent = Agent(connect(engine), system="You add numbers with the add tool.", tools=[add], tool_choice="required", max_steps=3,
-                  reflect=False, sampling={"max_new_tokens": 24}, cache_salt="miss-real-1")  # fmt: skip
+    agent = Agent(
+        connect(engine),
+        system="You add numbers with the add tool.",
+        tools=[add],
+        tool_choice="required",
+        max_steps=3,
+        reflect=False,
+        sampling={"max_new_tokens": 24},
+        cache_salt="miss-real-1",
+    )
     result = agent.run("What is 2 + 3?")
     assert len(result.trace) >= 2
     _check_sums(result.trace)
@@ -40,8 +48,16 @@ def test_byte_stable_run_misses_only_new_and_last_token(engine) -> None:
 def test_changed_system_line_is_a_prompt_change(engine) -> None:
     counter = itertools.count()
     system = lambda: f"You add numbers.\nRequest number {next(counter)}.\nUse the add tool."  # noqa: E731
-    agent = Agent(connect(engine), system=system, tools=[add], tool_choice="required", max_steps=2, reflect=False,
-                  sampling={"max_new_tokens": 24}, cache_salt="miss-real-2")  # fmt: skip
+    agent = Agent(
+        connect(engine),
+        system=system,
+        tools=[add],
+        tool_choice="required",
+        max_steps=2,
+        reflect=False,
+        sampling={"max_new_tokens": 24},
+        cache_salt="miss-real-2",
+    )
     with pytest.warns(UserWarning):
         result = agent.run("What is 4 + 5?")
     _check_sums(result.trace)

@@ -27,9 +27,13 @@ def _branches(call) -> list[str]:
 
 @pytest.mark.parametrize(
     ("choice", "expected"),
-    [("auto", ["add", "multiply", "answer", "dead_end"]), ("required", ["add", "multiply"]),
-     ("none", ["answer", "dead_end"]), ("multiply", ["multiply"])],
-)  # fmt: skip
+    [
+        ("auto", ["add", "multiply", "answer", "dead_end"]),
+        ("required", ["add", "multiply"]),
+        ("none", ["answer", "dead_end"]),
+        ("multiply", ["multiply"]),
+    ],
+)
 def test_tool_choice_sets_the_first_actions_grammar(choice, expected):
     backend = FakeBackend(['{"tool":"multiply","arguments":{"a":2,"b":3}}', '{"answer":"6"}'])
     if choice == "none":
@@ -60,10 +64,15 @@ def test_task_naming_a_tool_forces_that_tool_first():
 
 @pytest.mark.parametrize(
     ("task", "named"),
-    [("Use the multiply tool to price it", ("multiply",)), ("please call `add` on 2 and 3", ("add",)),
-     ("using lookup price, find it", ("lookup_price",)), ("What is 2 + 3?", ()),
-     ("I added milk and multiplied", ()), ("use add or multiply", ("add", "multiply"))],
-)  # fmt: skip
+    [
+        ("Use the multiply tool to price it", ("multiply",)),
+        ("please call `add` on 2 and 3", ("add",)),
+        ("using lookup price, find it", ("lookup_price",)),
+        ("What is 2 + 3?", ()),
+        ("I added milk and multiplied", ()),
+        ("use add or multiply", ("add", "multiply")),
+    ],
+)
 def test_named_in_task(task, named):
     assert named_in_task(task, ["add", "multiply", "lookup_price"]) == named
 

@@ -16,9 +16,22 @@ from agent.trace_cli import main as trace_main
 from agent.trace_cli import summarize
 
 TRACE_FIELDS = [
-    "run_id", "session_id", "branch", "step", "kind", "prompt_tokens", "cached_tokens", "ideal_cached_tokens",
-    "completion_tokens", "ttft_s", "latency_s", "finish_reason", "prefix_break", "tool", "miss",
-]  # fmt: skip
+    "run_id",
+    "session_id",
+    "branch",
+    "step",
+    "kind",
+    "prompt_tokens",
+    "cached_tokens",
+    "ideal_cached_tokens",
+    "completion_tokens",
+    "ttft_s",
+    "latency_s",
+    "finish_reason",
+    "prefix_break",
+    "tool",
+    "miss",
+]
 
 
 def test_step_record_has_exactly_the_design_fields():
@@ -131,10 +144,21 @@ def test_read_trace_skips_a_torn_last_line(tmp_path):
     from agent.trace import read_trace
 
     good = {
-        "run_id": "r", "session_id": "s", "branch": 0, "step": 0, "kind": "act", "prompt_tokens": 10,
-        "cached_tokens": 0, "ideal_cached_tokens": 0, "completion_tokens": 2, "ttft_s": 0.1, "latency_s": 0.2,
-        "finish_reason": "stop", "prefix_break": None, "tool": None,
-    }  # fmt: skip
+        "run_id": "r",
+        "session_id": "s",
+        "branch": 0,
+        "step": 0,
+        "kind": "act",
+        "prompt_tokens": 10,
+        "cached_tokens": 0,
+        "ideal_cached_tokens": 0,
+        "completion_tokens": 2,
+        "ttft_s": 0.1,
+        "latency_s": 0.2,
+        "finish_reason": "stop",
+        "prefix_break": None,
+        "tool": None,
+    }
     path = tmp_path / "trace.jsonl"
     path.write_text(json.dumps(good) + "\n" + json.dumps(good)[:40])
     with warnings.catch_warnings(record=True) as caught:

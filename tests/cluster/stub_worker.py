@@ -61,8 +61,14 @@ class Stub:
 
 
 def handler(stub: Stub) -> type[BaseHTTPRequestHandler]:
-    info = {"model_path": "stub", "tokenizer_path": "stub", "served_model_name": "stub", "model_type": "llama",
-            "architectures": ["LlamaForCausalLM"], "is_generation": True}  # fmt: skip
+    info = {
+        "model_path": "stub",
+        "tokenizer_path": "stub",
+        "served_model_name": "stub",
+        "model_type": "llama",
+        "architectures": ["LlamaForCausalLM"],
+        "is_generation": True,
+    }
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -84,9 +90,19 @@ def handler(stub: Stub) -> type[BaseHTTPRequestHandler]:
                 self._send(200)
             elif path in ("/server_info", "/get_server_info"):
                 load = {"dp_rank": 0, "num_reqs": 0, "num_waiting_reqs": 0, "num_tokens": 0}
-                self._send(200, {**info, "version": "stub", "dp_size": 1, "max_total_tokens": 1 << 20,
-                                 "max_running_requests": 64, "load": load, "model_info": info,
-                                 "cache_stats": {"requests": stub.requests}})  # fmt: skip
+                self._send(
+                    200,
+                    {
+                        **info,
+                        "version": "stub",
+                        "dp_size": 1,
+                        "max_total_tokens": 1 << 20,
+                        "max_running_requests": 64,
+                        "load": load,
+                        "model_info": info,
+                        "cache_stats": {"requests": stub.requests},
+                    },
+                )
             elif path in ("/model_info", "/get_model_info"):
                 self._send(200, info)
             elif path == "/get_load":

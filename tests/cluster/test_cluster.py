@@ -44,8 +44,9 @@ DOC = "Field notes on the lighthouse keepers of the northern coast. " + " ".join
 @pytest.fixture(scope="module", params=ROUTERS)
 def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
     """pytest groups the tests by parameter: all of sglang-router's, then all of smg's."""
-    config = ClusterConfig(workers=2, policy="session", router=request.param,
-                           worker_args=("--max-total-tokens", "4096"))  # fmt: skip
+    config = ClusterConfig(
+        workers=2, policy="session", router=request.param, worker_args=("--max-total-tokens", "4096")
+    )
     with Cluster(config) as c:
         yield c
 
@@ -85,9 +86,14 @@ def test_agent_sessions_hit_cache_through_router(cluster: Cluster) -> None:
     try:
         for session in ("alpha", "beta"):
             agent = Agent(
-                backend=backend, tools=[lookup], documents=[DOC], max_steps=3, reflect=False,
-                session_id=session, sampling={"max_new_tokens": 48},
-            )  # fmt: skip
+                backend=backend,
+                tools=[lookup],
+                documents=[DOC],
+                max_steps=3,
+                reflect=False,
+                session_id=session,
+                sampling={"max_new_tokens": 48},
+            )
             runs = [agent.run(f"Which keeper logged station {n}? Use lookup.") for n in (len(session), 3)]
             calls = [s for r in runs for s in r.trace if s.prompt_tokens > 0]  # model calls, in order
             assert len(calls) >= 2
@@ -121,8 +127,9 @@ def test_sessionless_requests_follow_their_prefix_on_smg(cluster: Cluster) -> No
             home = _served_by(before, _requests(cluster))
             for q in range(2):
                 before = _requests(cluster)
-                out = backend.generate(prompt=doc + f"\nQuestion {q}: which slot holds item {q}?",
-                                       sampling_params=sampling)  # fmt: skip
+                out = backend.generate(
+                    prompt=doc + f"\nQuestion {q}: which slot holds item {q}?", sampling_params=sampling
+                )
                 assert _served_by(before, _requests(cluster)) == home, (tag, q)
                 assert out.cached_tokens >= first.prompt_tokens - 4, (
                     tag,
@@ -146,8 +153,18 @@ def _requests(cluster: Cluster) -> list[int]:
 
 
 def _rows(records: list) -> list[tuple]:
-    return [(r.run_id[:4], r.step, r.kind, r.prompt_tokens, r.cached_tokens, r.ideal_cached_tokens,
-             r.finish_reason) for r in records]  # fmt: skip
+    return [
+        (
+            r.run_id[:4],
+            r.step,
+            r.kind,
+            r.prompt_tokens,
+            r.cached_tokens,
+            r.ideal_cached_tokens,
+            r.finish_reason,
+        )
+        for r in records
+    ]
 
 
 def test_worker_killed_mid_run_session_moves_and_completes(cluster: Cluster, tmp_path) -> None:
@@ -169,9 +186,16 @@ def test_worker_killed_mid_run_session_moves_and_completes(cluster: Cluster, tmp
     backend = connect(cluster.url)  # default retries: the fault must be covered without tuning
     trace = tmp_path / "trace.jsonl"
     agent = Agent(
-        backend=backend, tools=[lookup], documents=[DOC], max_steps=4, reflect=False,
-        session_id="gamma", sampling={"max_new_tokens": 48}, tool_choice="required", trace_path=trace,
-    )  # fmt: skip
+        backend=backend,
+        tools=[lookup],
+        documents=[DOC],
+        max_steps=4,
+        reflect=False,
+        session_id="gamma",
+        sampling={"max_new_tokens": 48},
+        tool_choice="required",
+        trace_path=trace,
+    )
     task = "Which keeper logged station 6? Use lookup."  # no earlier session asked this
     try:
         before = _requests(cluster)

@@ -73,9 +73,26 @@ class Supervised:
 
     def __init__(self, log_dir: Path) -> None:
         self.port = free_port()
-        cmd = [sys.executable, "-m", "runtime.cli", "cluster", "--workers", "2", "--policy", "session",
-               "--router", "smg", "--port", str(self.port), "--max-total-tokens", "8192",
-               "--log-dir", str(log_dir), "--restart-backoff", "1"]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "runtime.cli",
+            "cluster",
+            "--workers",
+            "2",
+            "--policy",
+            "session",
+            "--router",
+            "smg",
+            "--port",
+            str(self.port),
+            "--max-total-tokens",
+            "8192",
+            "--log-dir",
+            str(log_dir),
+            "--restart-backoff",
+            "1",
+        ]
         self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.out: list[str] = []
         self.err: list[str] = []
@@ -152,8 +169,10 @@ def _run_scenario(cluster: Supervised, log_dir: Path) -> None:
     in_flight = [c for c in calls if c.sent < killed < c.ended and home[c.key] == url0]
     failed = [c for c in calls if c.status != 200]
     assert all(c in in_flight for c in failed), (failed, in_flight, diag)
-    print(f"\nin flight on the victim at the kill: {len(in_flight)}, failed: {len(failed)}; "
-          f"{len(calls)} requests under load")  # fmt: skip
+    print(
+        f"\nin flight on the victim at the kill: {len(in_flight)}, failed: {len(failed)}; "
+        f"{len(calls)} requests under load"
+    )
 
     for key in keys:
         ok = sorted((c for c in calls if c.key == key and c.status == 200), key=lambda c: c.step)
@@ -167,9 +186,11 @@ def _run_scenario(cluster: Supervised, log_dir: Path) -> None:
             assert ok[first].cached >= ok[first - 1].prompt - 4, (key, rows, diag)
         else:  # moved: its first answer on the survivor recomputed the session's log (once)
             assert ok[first].cached < ok[first].prompt // 2, (key, rows, diag)
-        print(f"session {key} ({'victim' if home[key] == url0 else 'live'}): first answer after the kill "
-              f"{ok[first].ended - killed:.1f} s after it, prompt {ok[first].prompt}, cached {ok[first].cached}; "
-              f"then {len(ok) - first - 1} answers, all hits")  # fmt: skip
+        print(
+            f"session {key} ({'victim' if home[key] == url0 else 'live'}): first answer after the kill "
+            f"{ok[first].ended - killed:.1f} s after it, prompt {ok[first].prompt}, cached {ok[first].cached}; "
+            f"then {len(ok) - first - 1} answers, all hits"
+        )
     print(f"worker0 rejoined {rejoined_s:.0f} s after the kill")
 
     # The restarted worker is in the rotation and serves new sessions

@@ -48,8 +48,9 @@ class StubCluster(Cluster):
 @pytest.fixture(scope="module", params=ROUTERS)
 def stubs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     log_dir = tmp_path_factory.mktemp(f"stub-{request.param}")
-    config = ClusterConfig(workers=2, policy="session", router=request.param, startup_timeout_s=90,
-                           log_dir=str(log_dir))  # fmt: skip
+    config = ClusterConfig(
+        workers=2, policy="session", router=request.param, startup_timeout_s=90, log_dir=str(log_dir)
+    )
     with StubCluster(config) as c:
         yield c
 
@@ -127,8 +128,14 @@ def test_keyless_request_finds_a_keyed_sessions_prefix_with_delegate(tmp_path: P
     sessions sharing a document all landing on the worker that holds it (docs/cluster.md)."""
     if not router_available("smg"):
         pytest.skip("smg not installed (pip install smg)")
-    config = ClusterConfig(workers=2, policy="session", router="smg", startup_timeout_s=90, log_dir=str(tmp_path),
-                           router_args=("--assignment-mode", "delegate"))  # fmt: skip
+    config = ClusterConfig(
+        workers=2,
+        policy="session",
+        router="smg",
+        startup_timeout_s=90,
+        log_dir=str(tmp_path),
+        router_args=("--assignment-mode", "delegate"),
+    )
     with StubCluster(config) as c:
         home = _place_on_both(c, "pinned", key=True)
         for d, w in home.items():

@@ -14,8 +14,16 @@ from runtime.cluster import POLICIES, SMG_POLICIES, Cluster, ClusterConfig, Clus
 def _backend(seen: list[httpx.Request], **options: object) -> SGLangBackend:
     def answer(request: httpx.Request) -> httpx.Response:
         seen.append(request)
-        out = {"text": "ok", "output_ids": [1], "meta_info": {"prompt_tokens": 3, "completion_tokens": 1,
-               "cached_tokens": 2, "finish_reason": {"type": "length"}}}  # fmt: skip
+        out = {
+            "text": "ok",
+            "output_ids": [1],
+            "meta_info": {
+                "prompt_tokens": 3,
+                "completion_tokens": 1,
+                "cached_tokens": 2,
+                "finish_reason": {"type": "length"},
+            },
+        }
         return httpx.Response(200, text=f"data: {json.dumps(out)}\n\ndata: [DONE]\n\n")
 
     backend = SGLangBackend("http://router.test", **options)  # type: ignore[arg-type]
@@ -80,8 +88,14 @@ def test_smg_session_policy_is_cache_aware_with_sticky_keys() -> None:
     ]
     # the rest of the command is the same as sglang-router's (smg kept the flag names)
     other = Cluster(ClusterConfig(workers=2, policy="session", router="sglang-router"))._router_cmd(30000)
-    common = ("--health-check-interval-secs", "--health-failure-threshold", "--shutdown-grace-period-secs",
-              "--prometheus-host", "--log-level", "--worker-urls")  # fmt: skip
+    common = (
+        "--health-check-interval-secs",
+        "--health-failure-threshold",
+        "--shutdown-grace-period-secs",
+        "--prometheus-host",
+        "--log-level",
+        "--worker-urls",
+    )
     assert all(flag in cmd and flag in other for flag in common)
     assert policy_flags("round_robin", "smg") == ("--policy", "round_robin")
     assert set(POLICIES) <= set(SMG_POLICIES)  # every sglang-router policy name works on smg too

@@ -73,8 +73,9 @@ def _call(url: str, key: str, text: str) -> Call:
 
 @pytest.fixture(params=ROUTERS)
 def supervised(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[StubCluster, Supervisor]]:
-    config = ClusterConfig(workers=2, policy="session", router=request.param, startup_timeout_s=90,
-                           log_dir=str(tmp_path))  # fmt: skip
+    config = ClusterConfig(
+        workers=2, policy="session", router=request.param, startup_timeout_s=90, log_dir=str(tmp_path)
+    )
     cluster = StubCluster(config)
     cluster.start()
     sup = Supervisor(cluster, RestartPolicy(backoff_s=0.5), log=lambda msg: None)
@@ -160,8 +161,9 @@ def test_restarts_are_bounded_and_the_rest_keeps_serving(tmp_path: Path) -> None
     router = next((r for r in ("smg", "sglang-router") if router_available(r)), None)
     if router is None:
         pytest.skip("no router installed")
-    config = ClusterConfig(workers=2, policy="session", router=router, startup_timeout_s=90,
-                           log_dir=str(tmp_path))  # fmt: skip
+    config = ClusterConfig(
+        workers=2, policy="session", router=router, startup_timeout_s=90, log_dir=str(tmp_path)
+    )
     with CrashingRestarts(config) as cluster:
         sup = Supervisor(cluster, RestartPolicy(max_restarts=2, backoff_s=0.1), log=lambda msg: None)
         cluster.kill_worker(0)

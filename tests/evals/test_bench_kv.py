@@ -23,9 +23,14 @@ def test_smaller_kv_gets_more_tokens_and_recomputes_less_in_the_same_bytes():
 
 def _engine_row(decode: float, ttft: float, bpt: int) -> dict:
     ctx = {str(c): decode for c in QUICK_KV.contexts}
-    return {"decode_tok_s": ctx, "decode_context_tokens": {str(c): c + 45 for c in QUICK_KV.contexts},
-            "ttft_cached_p50_s": ttft, "bytes_per_token": bpt, "tokens_per_gib": 2**30 / bpt,
-            "outputs_identical": 1.0}  # fmt: skip
+    return {
+        "decode_tok_s": ctx,
+        "decode_context_tokens": {str(c): c + 45 for c in QUICK_KV.contexts},
+        "ttft_cached_p50_s": ttft,
+        "bytes_per_token": bpt,
+        "tokens_per_gib": 2**30 / bpt,
+        "outputs_identical": 1.0,
+    }
 
 
 def test_ratios_and_table_name_the_targets():

@@ -111,9 +111,16 @@ def test_tool_wait_and_router_flags() -> None:
     with pytest.raises(ValueError):
         Workload(tool_wait_s=(2.0, 1.0))
     w = Workload(tool_wait_s=(5.0, 15.0))
-    row = {**summarize("session", [_call(0, 0, DOC, 0, 0.0, 1.0)], 1.0, [{"url": "w", "requests": 1,
-           "evicted_tokens": 0}]), "label": SESSION_LABELS["smg"],
-           "router_flags": ["--policy", "cache_aware", "--routing-key-override"]}  # fmt: skip
+    row = {
+        **summarize(
+            "session",
+            [_call(0, 0, DOC, 0, 0.0, 1.0)],
+            1.0,
+            [{"url": "w", "requests": 1, "evicted_tokens": 0}],
+        ),
+        "label": SESSION_LABELS["smg"],
+        "router_flags": ["--policy", "cache_aware", "--routing-key-override"],
+    }
     text = report(w, [row], {}, quick=False, router="smg 1.13.0")
     assert "behind smg 1.13.0;" in text and "tool waits uniform in 5.0-15.0 s" in text
     assert "session: `--policy cache_aware --routing-key-override`" in text

@@ -92,8 +92,12 @@ def test_keep_alive_survives_client_mistakes(server: GuardedServer) -> None:
     ).encode()
     good = json.dumps({"text": "hi", "sampling_params": {"max_new_tokens": 1}}).encode()
     with connect(server.port) as sock:  # one connection, four requests
-        for path, body, status in ((CHAT, bad, 400), (CHAT, fmt, 400), ("/generate", b"{", 400),
-                                   ("/generate", good, 200)):  # fmt: skip
+        for path, body, status in (
+            (CHAT, bad, 400),
+            (CHAT, fmt, 400),
+            ("/generate", b"{", 400),
+            ("/generate", good, 200),
+        ):
             head = f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
             sock.sendall(f"{head}Content-Length: {len(body)}\r\n\r\n".encode() + body)
             got, headers, _ = read_response(sock)

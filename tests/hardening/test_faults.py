@@ -77,15 +77,25 @@ class FlakyServer:
 
 
 def _sglang_chunk(text: str, finish: str | None) -> dict[str, Any]:
-    meta = {"id": "r1", "prompt_tokens": 5, "completion_tokens": len(text.split()), "cached_tokens": 2,
-            "finish_reason": {"type": finish} if finish else None, "e2e_latency": 0.01}  # fmt: skip
+    meta = {
+        "id": "r1",
+        "prompt_tokens": 5,
+        "completion_tokens": len(text.split()),
+        "cached_tokens": 2,
+        "finish_reason": {"type": finish} if finish else None,
+        "e2e_latency": 0.01,
+    }
     return {"text": text, "output_ids": [7] * len(text.split()), "meta_info": meta}
 
 
 def _openai_chunks() -> list[dict[str, Any]]:
     base = {"id": "cmpl-1", "object": "text_completion", "created": 0, "model": "m"}
-    usage = {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7,
-             "prompt_tokens_details": {"cached_tokens": 3}}  # fmt: skip
+    usage = {
+        "prompt_tokens": 5,
+        "completion_tokens": 2,
+        "total_tokens": 7,
+        "prompt_tokens_details": {"cached_tokens": 3},
+    }
     return [
         {**base, "choices": [{"index": 0, "text": "hello", "finish_reason": None, "logprobs": None}]},
         {**base, "choices": [{"index": 0, "text": " world", "finish_reason": "stop", "logprobs": None}]},
@@ -152,8 +162,13 @@ def _handler(server: FlakyServer) -> type[BaseHTTPRequestHandler]:
 
 
 def sglang(url: str, stream: bool = True, attempts: int = 4) -> SGLangBackend:
-    return SGLangBackend(url, timeout_s=CLIENT_TIMEOUT_S, connect_timeout_s=CLIENT_TIMEOUT_S,
-                         max_attempts=attempts, stream=stream)  # fmt: skip
+    return SGLangBackend(
+        url,
+        timeout_s=CLIENT_TIMEOUT_S,
+        connect_timeout_s=CLIENT_TIMEOUT_S,
+        max_attempts=attempts,
+        stream=stream,
+    )
 
 
 # ---- retries ------------------------------------------------------------------------------------
@@ -267,16 +282,26 @@ CRASHING_AGENT = textwrap.dedent(
 def test_trace_survives_a_crash_mid_run(tmp_path: Path) -> None:
     path, crash_at = tmp_path / "trace.jsonl", 4
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tests" / "agent"), str(ROOT)])}
-    proc = subprocess.run([sys.executable, "-c", CRASHING_AGENT, str(path), str(crash_at)], env=env,
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-c", CRASHING_AGENT, str(path), str(crash_at)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 17, proc.stderr
     lines = path.read_text(encoding="utf-8").splitlines()
     assert len(lines) == crash_at  # every completed step, none of the one in flight
     records = read_trace(path)  # valid JSONL with every trace field
     assert [r.step for r in records] == list(range(crash_at))
     assert all(r.tool and r.tool["result"] == str(i + 1) for i, r in enumerate(records))
-    shown = subprocess.run([sys.executable, "-m", "evals.commands", "trace", str(path)], cwd=ROOT,
-                           capture_output=True, text=True, timeout=120)  # fmt: skip
+    shown = subprocess.run(
+        [sys.executable, "-m", "evals.commands", "trace", str(path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert shown.returncode == 0, shown.stdout + shown.stderr
     assert f"steps {crash_at}" in shown.stdout
 
@@ -304,8 +329,12 @@ def fine(x: int) -> int:
 
 
 def test_tool_exceptions_and_timeouts_do_not_end_the_loop() -> None:
-    outputs = ['{"tool":"explode","arguments":{"x":1}}', '{"tool":"hang","arguments":{"x":2}}',
-               '{"tool":"fine","arguments":{"x":3}}', '{"answer":"6"}']  # fmt: skip
+    outputs = [
+        '{"tool":"explode","arguments":{"x":1}}',
+        '{"tool":"hang","arguments":{"x":2}}',
+        '{"tool":"fine","arguments":{"x":3}}',
+        '{"answer":"6"}',
+    ]
     backend = FakeBackend(outputs)
     result = Agent(backend, system="calc", tools=[explode, hang, fine], reflect=False).run("t")
     assert result.status == "answered" and result.answer == "6"
@@ -327,8 +356,22 @@ def _free_port() -> int:
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
     port = _free_port()
-    cmd = [sys.executable, "-m", "runtime.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
-           "--max-total-tokens", "4096", "--context-length", "1024", "--log-level", "warning"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "runtime.cli",
+        "serve",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--max-total-tokens",
+        "4096",
+        "--context-length",
+        "1024",
+        "--log-level",
+        "warning",
+    ]
     log = (tmp_path / "server.log").open("wb")
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
@@ -353,8 +396,11 @@ def served(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
 @pytest.mark.slow  # a `radixagent serve` subprocess loads the model
 def test_sigterm_drains_in_flight_stream_and_exits_zero(served: tuple[subprocess.Popen[bytes], str]) -> None:
     proc, url = served
-    body = {"text": "Count slowly from one to one hundred:", "stream": True,
-            "sampling_params": {"max_new_tokens": 16, "temperature": 0, "ignore_eos": True}}  # fmt: skip
+    body = {
+        "text": "Count slowly from one to one hundred:",
+        "stream": True,
+        "sampling_params": {"max_new_tokens": 16, "temperature": 0, "ignore_eos": True},
+    }
     events: list[dict[str, Any]] = []
     done = False
     with httpx.Client(base_url=url, timeout=60) as client, client.stream("POST", "/generate", json=body) as r:

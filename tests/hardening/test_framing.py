@@ -137,8 +137,11 @@ def test_connection_limit(server: GuardedServer) -> None:
 
 @pytest.mark.slow
 def test_protocol_errors_are_json(server: GuardedServer) -> None:
-    for raw in (b"GARBAGE\r\n\r\n", b"POST /generate HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n",
-                b"POST /generate HTTP/1.1\r\nContent-Length: x\r\n\r\n"):  # fmt: skip
+    for raw in (
+        b"GARBAGE\r\n\r\n",
+        b"POST /generate HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n",
+        b"POST /generate HTTP/1.1\r\nContent-Length: x\r\n\r\n",
+    ):
         with connect(server.port) as sock:
             sock.sendall(raw)
             status, headers, body = read_response(sock)

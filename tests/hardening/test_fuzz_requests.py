@@ -55,9 +55,26 @@ class Served:
     def __init__(self, log: Path) -> None:
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        cmd = [sys.executable, "-m", "runtime.cli", "serve", "--port", str(self.port), "--max-total-tokens",
-               "4096", "--context-length", "512", "--api-key", KEY, "--max-request-bytes", str(MAX_BODY),
-               "--timeout-read", "2", "--log-level", "warning"]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "runtime.cli",
+            "serve",
+            "--port",
+            str(self.port),
+            "--max-total-tokens",
+            "4096",
+            "--context-length",
+            "512",
+            "--api-key",
+            KEY,
+            "--max-request-bytes",
+            str(MAX_BODY),
+            "--timeout-read",
+            "2",
+            "--log-level",
+            "warning",
+        ]
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         self.log = log.open("wb")
         self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT)
@@ -140,8 +157,14 @@ def random_schema(rng: random.Random) -> Any:
     if kind == "deep":
         node: Any = {"type": "string"}
         for _ in range(rng.choice([5, 30, 63, 64, 100, 400])):
-            node = rng.choice([{"type": "array", "items": node}, {"anyOf": [node, {"type": "null"}]},
-                               {"type": "object", "properties": {"a": node}}, {"allOf": [node]}])  # fmt: skip
+            node = rng.choice(
+                [
+                    {"type": "array", "items": node},
+                    {"anyOf": [node, {"type": "null"}]},
+                    {"type": "object", "properties": {"a": node}},
+                    {"allOf": [node]},
+                ]
+            )
         return node
     if kind == "wide":
         props = {
@@ -155,8 +178,12 @@ def random_schema(rng: random.Random) -> Any:
         return rng.choice([5, "5", None, [], [{}], 1.5, True, False, "", {"type": 5}, {"$ref": 7}])
     if kind == "big":
         return {"type": "string", "description": "x" * rng.choice([1000, 70_000, 500_000])}
-    return {"$defs": {"n": {"type": "object", "properties": {"kids": {"type": "array", "items": {"$ref": "#/$defs/n"}}}}},
-            "$ref": "#/$defs/n"}  # fmt: skip
+    return {
+        "$defs": {
+            "n": {"type": "object", "properties": {"kids": {"type": "array", "items": {"$ref": "#/$defs/n"}}}}
+        },
+        "$ref": "#/$defs/n",
+    }
 
 
 def random_regex(rng: random.Random) -> str:
@@ -215,8 +242,12 @@ def test_grammars_and_schemas(served: Served, tally: Tally, rss: dict[str, float
             text = json.dumps(schema) if rng.random() < 0.9 else json.dumps(schema)[:-1]
             route = rng.randrange(5)
             if route == 0:
-                _post(client, tally, "/generate", {"text": "JSON:", "sampling_params": {"max_new_tokens": 2,
-                                                                                        "json_schema": text}})  # fmt: skip
+                _post(
+                    client,
+                    tally,
+                    "/generate",
+                    {"text": "JSON:", "sampling_params": {"max_new_tokens": 2, "json_schema": text}},
+                )
             elif route == 1:
                 _post(
                     client,
@@ -234,8 +265,12 @@ def test_grammars_and_schemas(served: Served, tally: Tally, rss: dict[str, float
                 )
                 _post(client, tally, path, {**base, "max_tokens": 2, "response_format": fmt})
             else:
-                _post(client, tally, "/generate", {"text": "Digits:", "sampling_params": {
-                    "max_new_tokens": 2, "regex": random_regex(rng)}})  # fmt: skip
+                _post(
+                    client,
+                    tally,
+                    "/generate",
+                    {"text": "Digits:", "sampling_params": {"max_new_tokens": 2, "regex": random_regex(rng)}},
+                )
 
 
 def _raw(port: int, data: bytes) -> tuple[int | str, bytes]:
@@ -250,8 +285,14 @@ def _raw(port: int, data: bytes) -> tuple[int | str, bytes]:
                     return "closed", buf
                 buf += chunk
             head, _, body = buf.partition(b"\r\n\r\n")
-            length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                           if line.lower().startswith(b"content-length:")), 0)  # fmt: skip
+            length = next(
+                (
+                    int(line.split(b":")[1])
+                    for line in head.split(b"\r\n")
+                    if line.lower().startswith(b"content-length:")
+                ),
+                0,
+            )
             while len(body) < length:
                 chunk = sock.recv(65536)
                 if not chunk:
@@ -265,10 +306,19 @@ def _raw(port: int, data: bytes) -> tuple[int | str, bytes]:
 
 
 def random_framing(rng: random.Random) -> bytes:
-    body = json.dumps({"text": "hi", "sampling_params": {"max_new_tokens": 1}, "pad": "x" * rng.choice(
-        [0, 100, MAX_BODY + 10])}).encode()  # fmt: skip
-    chunked = b"".join(b"%x\r\n%s\r\n" % (len(body[i : i + 4096]), body[i : i + 4096])
-                       for i in range(0, len(body), 4096)) + b"0\r\n\r\n"  # fmt: skip
+    body = json.dumps(
+        {
+            "text": "hi",
+            "sampling_params": {"max_new_tokens": 1},
+            "pad": "x" * rng.choice([0, 100, MAX_BODY + 10]),
+        }
+    ).encode()
+    chunked = (
+        b"".join(
+            b"%x\r\n%s\r\n" % (len(body[i : i + 4096]), body[i : i + 4096]) for i in range(0, len(body), 4096)
+        )
+        + b"0\r\n\r\n"
+    )
     headers = [b"POST /generate HTTP/1.1", b"Host: x", b"Content-Type: application/json"]
     auth = rng.choice(["one", "none", "two", "wrong", "two-mixed"])
     token = {"one": [KEY], "none": [], "two": [KEY, KEY], "wrong": ["bad"], "two-mixed": [KEY, "bad"]}[auth]
@@ -288,8 +338,15 @@ def random_framing(rng: random.Random) -> bytes:
     elif framing == "cl-short":
         headers.append(b"Content-Length: %d" % max(1, len(body) // 2))
     elif framing == "te-odd":
-        headers.append(rng.choice([b"Transfer-Encoding: gzip", b"Transfer-Encoding: chunked, chunked",
-                                   b"Transfer-Encoding: xchunked"]))  # fmt: skip
+        headers.append(
+            rng.choice(
+                [
+                    b"Transfer-Encoding: gzip",
+                    b"Transfer-Encoding: chunked, chunked",
+                    b"Transfer-Encoding: xchunked",
+                ]
+            )
+        )
         payload = chunked
     elif framing == "bad-chunk":
         headers.append(b"Transfer-Encoding: chunked")
@@ -323,12 +380,21 @@ def test_nested_message_fields(served: Served, tally: Tally) -> None:
 def test_server_survived(served: Served, tally: Tally, rss: dict[str, float]) -> None:
     assert served.proc.poll() is None, "the server process died"
     assert httpx.get(f"{served.url}/health", timeout=10).status_code == 200
-    r = httpx.post(f"{served.url}/generate", headers=AUTH, timeout=60,
-                   json={"text": "hi", "sampling_params": {"max_new_tokens": 1}})  # fmt: skip
+    r = httpx.post(
+        f"{served.url}/generate",
+        headers=AUTH,
+        timeout=60,
+        json={"text": "hi", "sampling_params": {"max_new_tokens": 1}},
+    )
     assert r.status_code == 200
-    summary = {"requests": tally.total, "statuses": dict(sorted(tally.statuses.items())),
-               "server_errors": len(tally.server_errors), "crashes": 0 if served.proc.poll() is None else 1,
-               "rss_before_mib": round(rss["before"], 1), "rss_after_mib": round(_rss_mib(served.proc.pid), 1)}  # fmt: skip
+    summary = {
+        "requests": tally.total,
+        "statuses": dict(sorted(tally.statuses.items())),
+        "server_errors": len(tally.server_errors),
+        "crashes": 0 if served.proc.poll() is None else 1,
+        "rss_before_mib": round(rss["before"], 1),
+        "rss_after_mib": round(_rss_mib(served.proc.pid), 1),
+    }
     print(f"\nfuzz-requests: {json.dumps(summary)}")
     assert not tally.server_errors, "\n".join(tally.server_errors[:20])
     assert tally.total >= 3 * CASES

@@ -198,8 +198,11 @@ def test_ref_chain_is_a_400_and_the_server_lives(client: httpx.Client) -> None:
     _assert_400(client.post("/generate", json=_gen({"json_schema": chain})), "json_schema", "$ref")
     _alive(client)
     _assert_400(client.post("/v1/completions", json=_completion(json_schema=chain)), "$ref")
-    _assert_400(client.post("/v1/chat/completions", json=_chat(**_rf(ref_chain(1500)))),
-                "response_format.json_schema.schema", "$ref")  # fmt: skip
+    _assert_400(
+        client.post("/v1/chat/completions", json=_chat(**_rf(ref_chain(1500)))),
+        "response_format.json_schema.schema",
+        "$ref",
+    )
     _assert_400(client.post("/v1/completions", json=_completion(**_rf(nested(80)))), "deeper than")
     cycle = {"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"}
     assert client.post("/generate", json=_gen({"json_schema": json.dumps(cycle)})).status_code < 500

@@ -64,8 +64,9 @@ def test_agent_sends_its_cache_salt(salted_server: Any) -> None:
             return getattr(self.inner, name)
 
     backend = Recording(connect(salted_server.url))
-    salted = Agent(backend=backend, cache_salt="tenant-a", max_steps=1, reflect=False,
-                   sampling={"max_new_tokens": 4})  # fmt: skip
+    salted = Agent(
+        backend=backend, cache_salt="tenant-a", max_steps=1, reflect=False, sampling={"max_new_tokens": 4}
+    )
     result = salted.run("Say hi.")
     assert seen and set(seen) == {"tenant-a"}
     assert not any("cache_salt" in str(getattr(s, "error", "") or "") for s in result.steps)
@@ -80,8 +81,10 @@ def test_timing_does_not_reveal_other_tenants_cache(salted_server: Any) -> None:
     assert result.b_on_a_prompt_cached_tokens == 0 and result.a_repeat_cached_tokens > 0
     assert 0.7 <= result.ratio_b_on_a_vs_fresh <= 1.4, result.as_dict()
     assert result.a_speedup >= 3.0, result.as_dict()
-    print(f"\nisolation: B-on-A/B-fresh median ratio {result.ratio_b_on_a_vs_fresh:.2f}, "
-          f"A repeat speedup {result.a_speedup:.1f}x, fresh TTFT {statistics.median(result.b_fresh_ttft_s):.3f}s")  # fmt: skip
+    print(
+        f"\nisolation: B-on-A/B-fresh median ratio {result.ratio_b_on_a_vs_fresh:.2f}, "
+        f"A repeat speedup {result.a_speedup:.1f}x, fresh TTFT {statistics.median(result.b_fresh_ttft_s):.3f}s"
+    )
 
 
 def test_ttft_helper_reports_cached_tokens(salted_server: Any) -> None:

@@ -30,8 +30,11 @@ def _stats(url: str) -> dict[str, Any]:
 @pytest.mark.slow
 def test_kv_bytes_held_is_the_pool_while_a_request_runs_and_after(served: tuple[Any, str]) -> None:
     eng, url = served
-    body = {"text": LONG_SYSTEM, "stream": True, "sampling_params": {"max_new_tokens": 64, "temperature": 0,
-                                                                      "ignore_eos": True}}  # fmt: skip
+    body = {
+        "text": LONG_SYSTEM,
+        "stream": True,
+        "sampling_params": {"max_new_tokens": 64, "temperature": 0, "ignore_eos": True},
+    }
     with httpx.stream("POST", f"{url}/generate", json=body, timeout=120) as r:
         lines = r.iter_lines()
         next(line for line in lines if line.startswith("data: {"))  # the request is running now

@@ -38,8 +38,15 @@ class BlockingEngine:
         self.release.wait(60)
         with self._lock:
             self.in_flight -= 1
-        meta = {"id": "r", "prompt_tokens": 1, "completion_tokens": 1, "cached_tokens": 0,
-                "finish_reason": {"type": "length", "length": 1}, "e2e_latency": 0.0, "ttft": 0.0}  # fmt: skip
+        meta = {
+            "id": "r",
+            "prompt_tokens": 1,
+            "completion_tokens": 1,
+            "cached_tokens": 0,
+            "finish_reason": {"type": "length", "length": 1},
+            "e2e_latency": 0.0,
+            "ttft": 0.0,
+        }
         return {"text": "x", "output_ids": [1], "meta_info": meta}
 
     def get_cache_stats(self) -> dict[str, Any]:
@@ -65,16 +72,22 @@ def test_past_the_threads_is_503_at_once_and_control_endpoints_answer(
 ) -> None:
     engine, url = blocked
     results: list[int] = []
-    holders = [threading.Thread(target=lambda: results.append(httpx.post(f"{url}/generate", json=GEN,
-                                                                         timeout=60).status_code))
-               for _ in range(2)]  # fmt: skip
+    holders = [
+        threading.Thread(
+            target=lambda: results.append(httpx.post(f"{url}/generate", json=GEN, timeout=60).status_code)
+        )
+        for _ in range(2)
+    ]
     for t in holders:
         t.start()
     for _ in holders:
         assert engine.entered.acquire(timeout=30)
     with httpx.Client(base_url=url, timeout=10) as client:  # a wait for a thread would time out here
-        for path, body in (("/generate", GEN), ("/v1/completions", {"prompt": "hi", "max_tokens": 1}),
-                           ("/v1/completions", {"prompt": "hi", "max_tokens": 1, "stream": True})):  # fmt: skip
+        for path, body in (
+            ("/generate", GEN),
+            ("/v1/completions", {"prompt": "hi", "max_tokens": 1}),
+            ("/v1/completions", {"prompt": "hi", "max_tokens": 1, "stream": True}),
+        ):
             r = client.post(path, json=body)
             assert r.status_code == 503 and r.json()["error"]["type"] == "overloaded", r.text
             assert "generation threads are busy" in r.json()["error"]["message"]
@@ -110,6 +123,7 @@ def test_batch_larger_than_the_queue_is_a_400(small_queue: str) -> None:
         r = httpx.post(f"{small_queue}{path}", json=body, timeout=120)
         assert r.status_code == 400, (path, r.text)
         assert "exceeds the queue bound (4, --max-queue)" in r.json()["error"]["message"]
-    ok = httpx.post(f"{small_queue}/generate", json={"text": ["a", "b", "c", "d"], "sampling_params": params},
-                    timeout=120)  # fmt: skip
+    ok = httpx.post(
+        f"{small_queue}/generate", json={"text": ["a", "b", "c", "d"], "sampling_params": params}, timeout=120
+    )
     assert ok.status_code == 200 and len(ok.json()) == 4

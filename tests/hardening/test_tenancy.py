@@ -118,12 +118,18 @@ def test_sessions_belong_to_their_salt(salted: httpx.Client) -> None:
     unknown = "0" * len(sid)
     for use in (
         lambda s: _gen(salted, "hi", cache_salt="tenant-b", session_params={"id": s}),
-        lambda s: salted.post("/v1/completions", json={"prompt": "hi", "max_tokens": 1, "cache_salt": "tenant-b",
-                                                       "session_params": {"id": s}}),
-        lambda s: salted.post("/session_event", json={"session_id": s, "event": "tool_wait", "cache_salt": "tenant-b"}),
+        lambda s: salted.post(
+            "/v1/completions",
+            json={"prompt": "hi", "max_tokens": 1, "cache_salt": "tenant-b", "session_params": {"id": s}},
+        ),
+        lambda s: salted.post(
+            "/session_event", json={"session_id": s, "event": "tool_wait", "cache_salt": "tenant-b"}
+        ),
         lambda s: salted.post("/close_session", json={"session_id": s, "cache_salt": "tenant-b"}),
-        lambda s: salted.post("/close_session", json={"session_id": s}),  # the default namespace is a tenant too
-    ):  # fmt: skip
+        lambda s: salted.post(
+            "/close_session", json={"session_id": s}
+        ),  # the default namespace is a tenant too
+    ):
         theirs, never = use(sid), use(unknown)
         assert theirs.status_code == 400 and answer(theirs, sid) == answer(never, unknown)
     # A's session survived every attempt

@@ -41,8 +41,9 @@ def main(mode: str) -> object:
             time.sleep(0.05)
         time.sleep(0.5)  # inside the prefill's forward
     elif mode == "during-stream":
-        stream = engine.generate_stream(prompt=long_prompt(engine, 2000),
-                                        sampling_params={"max_new_tokens": 500, "ignore_eos": True})  # fmt: skip
+        stream = engine.generate_stream(
+            prompt=long_prompt(engine, 2000), sampling_params={"max_new_tokens": 500, "ignore_eos": True}
+        )
         for _, _chunk in zip(range(3), stream, strict=False):
             pass
         print("ending", flush=True)

@@ -13,8 +13,20 @@ from runtime.model import LlamaModel, ModelConfig, Segment, SeqKV
 from runtime.quant import Int4, Int8, QuantizationError
 from tests.runtime.conftest import GREEDY, chat
 
-TINY = ModelConfig("llama", vocab_size=256, hidden=64, layers=2, heads=4, kv_heads=2, head_dim=16, intermediate=128,
-                   rope_theta=10000.0, eps=1e-5, max_positions=512, tie_embeddings=True)  # fmt: skip
+TINY = ModelConfig(
+    "llama",
+    vocab_size=256,
+    hidden=64,
+    layers=2,
+    heads=4,
+    kv_heads=2,
+    head_dim=16,
+    intermediate=128,
+    rope_theta=10000.0,
+    eps=1e-5,
+    max_positions=512,
+    tie_embeddings=True,
+)
 
 
 @pytest.fixture(scope="module")
@@ -29,8 +41,9 @@ def int4_engine(loaded, engine):
     model = LlamaModel(
         ModelConfig.from_hf(loaded.hf_config), loaded.state_dict, torch.bfloat16, "cpu", "int4wo-32"
     )
-    eng = Engine.from_model(model, loaded.tokenizer, "smollm2-int4wo-32", eos_ids=engine.eos_ids,
-                            max_total_tokens=8192)  # fmt: skip
+    eng = Engine.from_model(
+        model, loaded.tokenizer, "smollm2-int4wo-32", eos_ids=engine.eos_ids, max_total_tokens=8192
+    )
     yield eng
     eng.shutdown()
 
@@ -56,8 +69,9 @@ def test_compact_forward_logits_close_to_hf(engine, loaded):
 def test_int4wo_streams_a_sixth_of_the_weights_and_answers(int4_engine, engine):
     assert int4_engine.model.weight_bytes < engine.model.weight_bytes / 5
     assert int4_engine.model_info["torchao_config"] == "int4wo-32"
-    out = int4_engine.generate(chat(int4_engine, "Answer in one word.", "What is the capital of France?"),
-                               sampling_params=GREEDY)  # fmt: skip
+    out = int4_engine.generate(
+        chat(int4_engine, "Answer in one word.", "What is the capital of France?"), sampling_params=GREEDY
+    )
     assert "Paris" in out["text"]
 
 
@@ -88,8 +102,11 @@ def test_attention_mask_variants_are_bit_identical(prefix, new):
     from runtime.model import _Views
 
     g = torch.Generator().manual_seed(prefix + new)
-    kv = SeqKV(torch.randn(1, 3, prefix + new, 64, generator=g), torch.randn(1, 3, prefix + new, 64, generator=g),
-               length=prefix)  # fmt: skip
+    kv = SeqKV(
+        torch.randn(1, 3, prefix + new, 64, generator=g),
+        torch.randn(1, 3, prefix + new, 64, generator=g),
+        length=prefix,
+    )
     q = torch.randn(1, 9, new, 64, generator=g)
     seen = torch.arange(prefix + new)[None, :] <= (prefix + torch.arange(new))[:, None]
     reference = F.scaled_dot_product_attention(
@@ -97,8 +114,9 @@ def test_attention_mask_variants_are_bit_identical(prefix, new):
     )
     views = _Views.of(kv, new, "cpu", torch.float32)
     assert views.causal == (prefix == 0) and (views.mask is None) == (prefix == 0)
-    out = F.scaled_dot_product_attention(q, views.k[0], views.v[0], attn_mask=views.mask, is_causal=views.causal,
-                                         enable_gqa=True)  # fmt: skip
+    out = F.scaled_dot_product_attention(
+        q, views.k[0], views.v[0], attn_mask=views.mask, is_causal=views.causal, enable_gqa=True
+    )
     assert torch.equal(out, reference)
 
 
@@ -122,8 +140,9 @@ def test_int8_rows_match_its_matmul():
     layer = Int8.quantize(w, torch.bfloat16, None)
     ids = torch.tensor([3, 7])
     assert torch.allclose(layer.rows(ids).float(), w[ids], atol=w.abs().max().item() / 100)
-    assert torch.allclose(layer(torch.eye(64, dtype=torch.bfloat16)).float().t()[ids], layer.rows(ids).float(),
-                          atol=1e-2)  # fmt: skip
+    assert torch.allclose(
+        layer(torch.eye(64, dtype=torch.bfloat16)).float().t()[ids], layer.rows(ids).float(), atol=1e-2
+    )
 
 
 @pytest.mark.parametrize(

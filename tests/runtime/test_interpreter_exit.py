@@ -24,11 +24,23 @@ REPEATS = int(os.environ.get("RADIXAGENT_EXIT_REPEATS", "1"))
 
 @pytest.mark.parametrize("mode", ["after-long", "during-request", "during-stream"])
 def test_script_exits_cleanly(mode: str) -> None:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-           "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2")}  # fmt: skip
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2"),
+    }
     for attempt in range(REPEATS):
-        proc = subprocess.run([sys.executable, str(SCRIPT), mode], env=env, capture_output=True, text=True,
-                              timeout=600, cwd=ROOT)  # fmt: skip
+        proc = subprocess.run(
+            [sys.executable, str(SCRIPT), mode],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            cwd=ROOT,
+        )
         tail = proc.stderr[-2000:]
         assert "ending" in proc.stdout, (attempt, proc.stdout, tail)  # it got as far as the end
         assert proc.returncode == 0, (attempt, proc.returncode, tail)

@@ -87,8 +87,11 @@ def test_pool_round_trip_moves_every_plane(name):
     kv = SeqKV(*f.alloc(2, 3, 8, 64, "cpu")[:2], fmt=f, scales=f.alloc(2, 3, 8, 64, "cpu")[2:])
     g = torch.Generator().manual_seed(3)
     for layer in range(2):
-        f.store(tuple(p[layer, :, :8] for p in kv.planes), torch.randn(3, 8, 64, generator=g),
-                torch.randn(3, 8, 64, generator=g))  # fmt: skip
+        f.store(
+            tuple(p[layer, :, :8] for p in kv.planes),
+            torch.randn(3, 8, 64, generator=g),
+            torch.randn(3, 8, 64, generator=g),
+        )
     slots = pool.alloc(8)
     pool.write(slots, kv.span(0, 8))
     back = SeqKV(*f.alloc(2, 3, 8, 64, "cpu")[:2], fmt=f, scales=f.alloc(2, 3, 8, 64, "cpu")[2:])

@@ -183,8 +183,12 @@ def test_endpoint_table_matches_the_routes(server) -> None:
 
 def test_router_defaults_are_taken_and_other_values_refused(server) -> None:
     """smg / sglang-router forward /generate with SGLang's defaults for these fields."""
-    body = {"text": "hi", "sampling_params": {"max_new_tokens": 1}, "model": "default",
-            **schemas.ROUTER_DEFAULTS}  # fmt: skip
+    body = {
+        "text": "hi",
+        "sampling_params": {"max_new_tokens": 1},
+        "model": "default",
+        **schemas.ROUTER_DEFAULTS,
+    }
     with httpx.Client(base_url=server.url, timeout=60) as client:
         assert client.post("/generate", json=body).status_code == 200
         assert client.post("/generate", json={**body, "model": None}).status_code == 200  # sglang-router

@@ -111,6 +111,7 @@ def test_oversized_bodies_get_413_declared_or_chunked(engine):
         def small():
             yield b'{"text": "Hi", "sampling_params": {"max_new_tokens": 2}}'
 
-        ok = httpx.post(live.url + "/generate", content=small(), headers={"content-type": "application/json"},
-                        timeout=60)  # fmt: skip
+        ok = httpx.post(
+            live.url + "/generate", content=small(), headers={"content-type": "application/json"}, timeout=60
+        )
         assert ok.status_code == 200 and ok.json()["meta_info"]["completion_tokens"] == 2

@@ -10,11 +10,22 @@ import httpx
 from server_util import LONG_SYSTEM, wait_idle
 
 CORE = {
-    "timestamp", "dp_rank", "num_running_reqs", "num_waiting_reqs", "num_waiting_uncached_tokens",
-    "num_used_tokens", "num_total_tokens", "num_active_tokens", "num_prealloc_ready_tokens",
-    "max_total_num_tokens", "max_running_requests", "token_usage", "cache_hit_rate",
-    "total_prefill_uncached_tokens", "decode_moments",
-}  # fmt: skip
+    "timestamp",
+    "dp_rank",
+    "num_running_reqs",
+    "num_waiting_reqs",
+    "num_waiting_uncached_tokens",
+    "num_used_tokens",
+    "num_total_tokens",
+    "num_active_tokens",
+    "num_prealloc_ready_tokens",
+    "max_total_num_tokens",
+    "max_running_requests",
+    "token_usage",
+    "cache_hit_rate",
+    "total_prefill_uncached_tokens",
+    "decode_moments",
+}
 # SGLang fields this engine cannot measure: absent rather than a made-up 0
 UNMEASURED = {"gen_throughput", "utilization", "total_prefill_busy_us"}
 

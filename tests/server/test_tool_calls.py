@@ -158,9 +158,16 @@ def test_parallel_calls(client: OpenAI) -> None:
 
 def test_streamed_tool_calls_match_openai_shape(client: OpenAI) -> None:
     stream = client.chat.completions.create(
-        model="default", messages=ASK, tools=TOOLS, tool_choice="required", parallel_tool_calls=False,
-        temperature=0, max_tokens=48, stream=True, stream_options={"include_usage": True},
-    )  # fmt: skip
+        model="default",
+        messages=ASK,
+        tools=TOOLS,
+        tool_choice="required",
+        parallel_tool_calls=False,
+        temperature=0,
+        max_tokens=48,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
     deltas, finish, usage = [], None, None
     for chunk in stream:
         if not chunk.choices:
@@ -214,10 +221,19 @@ def test_re_serialized_history_still_extends_the_cached_prefix(client: OpenAI) -
     redumped = json.dumps(json.loads(call.function.arguments))  # spaces after separators
     history = [
         *ASK,
-        {"role": "assistant", "content": "", "tool_calls": [
-            {"id": "other-id", "type": "function", "function": {"name": call.function.name, "arguments": redumped}}]},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {
+                    "id": "other-id",
+                    "type": "function",
+                    "function": {"name": call.function.name, "arguments": redumped},
+                }
+            ],
+        },
         {"role": "tool", "tool_call_id": "other-id", "content": "Cloudy."},
-    ]  # fmt: skip
+    ]
     again = _chat(client, history, tools=TOOLS, tool_choice="none", max_tokens=8)
     assert _cached(again) >= r.usage.prompt_tokens
 

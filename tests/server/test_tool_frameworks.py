@@ -43,9 +43,12 @@ def test_agents_sdk_function_tool_runs_and_its_result_reaches_the_next_turn(serv
         bodies.append(json.loads(request.content))
 
     client = AsyncOpenAI(
-        base_url=f"{server.url}/v1", api_key="unused", max_retries=0, timeout=300,
+        base_url=f"{server.url}/v1",
+        api_key="unused",
+        max_retries=0,
+        timeout=300,
         http_client=httpx.AsyncClient(event_hooks={"request": [record]}, timeout=300),
-    )  # fmt: skip
+    )
     ran: list[str] = []
 
     @function_tool
@@ -94,9 +97,14 @@ def test_langchain_bind_tools_and_a_tool_loop(server: Any) -> None:
         return a * b
 
     llm = ChatOpenAI(
-        model="default", base_url=f"{server.url}/v1", api_key="unused", temperature=0, max_tokens=40,
-        max_retries=0, timeout=300,
-    )  # fmt: skip
+        model="default",
+        base_url=f"{server.url}/v1",
+        api_key="unused",
+        temperature=0,
+        max_tokens=40,
+        max_retries=0,
+        timeout=300,
+    )
     bound = llm.bind_tools([multiply], tool_choice="multiply")
     history: list[Any] = [HumanMessage("What is 6 times 7? Use the tool.")]
     first = bound.invoke(history)
@@ -123,9 +131,14 @@ def test_langchain_structured_output_default_and_function_calling(server: Any) -
         age: int
 
     llm = ChatOpenAI(
-        model="default", base_url=f"{server.url}/v1", api_key="unused", temperature=0, max_tokens=40,
-        max_retries=0, timeout=300,
-    )  # fmt: skip
+        model="default",
+        base_url=f"{server.url}/v1",
+        api_key="unused",
+        temperature=0,
+        max_tokens=40,
+        max_retries=0,
+        timeout=300,
+    )
     text = "Alice is 31 years old. Extract the person."
     default = llm.with_structured_output(Person).invoke(text)
     assert isinstance(default, Person)

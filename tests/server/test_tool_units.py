@@ -175,8 +175,11 @@ def test_memo_restores_the_exact_output_text() -> None:
     raw = "Checking. <tool_call>\n" + '{"name":"add","arguments":{"a":1,"b":2.50}}\n</tool_call>'
     memo.record(["call_9"], raw, "Checking.", (RawCall("add", '{"a":1,"b":2.50}'),))
     args = json.dumps({"a": 1, "b": 2.5})  # what a client that parses and re-dumps sends back
-    msg = {"role": "assistant", "content": "Checking.", "tool_calls": [
-        {"id": "call_9", "type": "function", "function": {"name": "add", "arguments": args}}]}  # fmt: skip
+    msg = {
+        "role": "assistant",
+        "content": "Checking.",
+        "tool_calls": [{"id": "call_9", "type": "function", "function": {"name": "add", "arguments": args}}],
+    }
     assert fallback_messages([msg], (), QWEN, memo)[0]["content"] == raw
     changed = {**msg, "content": "Something else."}
     assert fallback_messages([changed], (), QWEN, memo)[0]["content"] != raw

@@ -16,9 +16,15 @@ from runtime.trace_record import StepRecord
 
 
 def out(prompt: int, cached: int, evicted: int = 0, ids: list[int] | None = None) -> dict:
-    meta = {"prompt_tokens": prompt, "cached_tokens": cached, "evicted_prefix_tokens": evicted,
-            "prefix_cache": True, "finish_reason": {"type": "length", "length": 1}, "ttft": 0.1,
-            "e2e_latency": 0.2}  # fmt: skip
+    meta = {
+        "prompt_tokens": prompt,
+        "cached_tokens": cached,
+        "evicted_prefix_tokens": evicted,
+        "prefix_cache": True,
+        "finish_reason": {"type": "length", "length": 1},
+        "ttft": 0.1,
+        "e2e_latency": 0.2,
+    }
     return {"text": "x", "output_ids": ids if ids is not None else [7], "meta_info": meta}
 
 
@@ -80,8 +86,11 @@ def test_openai_client_gets_the_trace(engine: object, tmp_path: Path) -> None:
         client = openai.OpenAI(base_url=f"{live.url}/v1", api_key="none", max_retries=0)
         head = list(range(2000, 2040))
         prompts = [head, head + [3000, 3001], head[:10] + [3999] + head[11:] + [3000, 3001, 3002]]
-        namings = [{"extra_body": {"prompt_cache_key": "k"}}, {"extra_headers": {"X-Session-Id": "k"}},
-                   {"extra_body": {"session_id": "k"}}]  # fmt: skip
+        namings = [
+            {"extra_body": {"prompt_cache_key": "k"}},
+            {"extra_headers": {"X-Session-Id": "k"}},
+            {"extra_body": {"session_id": "k"}},
+        ]
         for ids, naming in zip(prompts, namings, strict=True):
             client.completions.create(model="default", prompt=ids, max_tokens=0, **naming)
         client.completions.create(model="default", prompt=head, max_tokens=0)  # unnamed

@@ -91,16 +91,33 @@ def answer_schema_from(texts: list[str]) -> str:
 @pytest.mark.parametrize(
     ("span", "sentence", "question", "expanded"),
     [
-        ("the red bridge at dusk", "The best thing to do in Lisbon is walk across the red bridge at dusk.",
-         "What is the best thing to do in Lisbon?", "walk across the red bridge at dusk"),
-        ("loose brick", "Bruno hid the spare key under the loose brick by the gate.",
-         "Where did Bruno hide the spare key?", "under the loose brick by the gate"),
-        ("2965", "The secret code of the orange door is 2965.", "What is the secret code of the orange door?", "2965"),
+        (
+            "the red bridge at dusk",
+            "The best thing to do in Lisbon is walk across the red bridge at dusk.",
+            "What is the best thing to do in Lisbon?",
+            "walk across the red bridge at dusk",
+        ),
+        (
+            "loose brick",
+            "Bruno hid the spare key under the loose brick by the gate.",
+            "Where did Bruno hide the spare key?",
+            "under the loose brick by the gate",
+        ),
+        (
+            "2965",
+            "The secret code of the orange door is 2965.",
+            "What is the secret code of the orange door?",
+            "2965",
+        ),
         ("1975", "Omar was born in 1975, in a small town.", "In what year was Omar born?", "in 1975"),
-        ("secret code", "The secret code of the orange door is 2965.", "What is the code of the orange door?",
-         "secret code"),
+        (
+            "secret code",
+            "The secret code of the orange door is 2965.",
+            "What is the code of the orange door?",
+            "secret code",
+        ),
     ],
-)  # fmt: skip
+)
 def test_expand_answer_widens_a_tail_to_the_answering_phrase(span, sentence, question, expanded):
     from tasks.passages import Sentence, expand_answer
 

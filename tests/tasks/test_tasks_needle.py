@@ -80,8 +80,11 @@ def test_vartrack_answers_follow_the_text(tmp_path: Path) -> None:
             values[name] = values[value[4:]] if value.startswith("VAR ") else value
         questions = load_questions(tmp_path / entry["questions"])
         assert [q.meta["template"] for q in questions] == [
-            "chain-value", "chain-value", "all-variables", "delivery-count"
-        ]  # fmt: skip
+            "chain-value",
+            "chain-value",
+            "all-variables",
+            "delivery-count",
+        ]
         for q in questions[:2]:
             assert values[q.question.split("VAR ")[1].rstrip("?")] == q.answer[0]
         wanted = q_value = questions[2].question.split("value ")[1].split()[0]
@@ -98,8 +101,10 @@ def test_essay_cleanup() -> None:
         "We wouldn't want that.",
     ]
     assert split_sentences("Mr. Smith met Dr. Jones. They talked. J. P. Morgan left!") == [
-        "Mr. Smith met Dr. Jones.", "They talked.", "J. P. Morgan left!"
-    ]  # fmt: skip
+        "Mr. Smith met Dr. Jones.",
+        "They talked.",
+        "J. P. Morgan left!",
+    ]
 
 
 def test_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

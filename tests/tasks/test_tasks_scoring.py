@@ -102,8 +102,13 @@ def test_best_over_multiple_golds() -> None:
     score = score_answer("Sofia hid it under the doormat.", ["under the doormat", "doormat"])
     assert score.contains == 1.0
     assert score.exact == 0.0
-    assert score.f1 == pytest.approx(max(qa_f1_score(score_p, g) for score_p in ["Sofia hid it under the doormat."]
-                                          for g in ["under the doormat", "doormat"]))  # fmt: skip
+    assert score.f1 == pytest.approx(
+        max(
+            qa_f1_score(score_p, g)
+            for score_p in ["Sofia hid it under the doormat."]
+            for g in ["under the doormat", "doormat"]
+        )
+    )
     assert score_answer("Doormat", ["under the doormat", "doormat"]) == Score(1.0, 1.0, 1.0)
     assert score_answer("x", "y") == Score(0.0, 0.0, 0.0)
     assert score_answer("x", []) == Score(0.0, 0.0, 0.0)

@@ -39,9 +39,23 @@ class RedisServer:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> None:
-        args = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.workdir),
-                "--save", "", "--appendonly", "no", "--maxmemory", self.maxmemory,
-                "--maxmemory-policy", "allkeys-lru"]  # fmt: skip
+        args = [
+            self.binary,
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            str(self.workdir),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--maxmemory",
+            self.maxmemory,
+            "--maxmemory-policy",
+            "allkeys-lru",
+        ]
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:

@@ -44,8 +44,11 @@ def test_second_worker_hits_what_the_first_demoted(engine, tmp_path, redis_serve
         assert other_tenant["meta_info"]["cached_tokens"] == 0
         hit = b.generate(input_ids=prompt, sampling_params=GREEDY, cache_salt="t1")
         assert hit["meta_info"]["cached_tokens_details"] == {
-            "device": 0, "host": 0, "storage": stored_len(prompt), "storage_backend": "redis"
-        }  # fmt: skip
+            "device": 0,
+            "host": 0,
+            "storage": stored_len(prompt),
+            "storage_backend": "redis",
+        }
         assert hit["output_ids"] == cold
         b.check_integrity()
     finally:

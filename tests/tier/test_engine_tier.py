@@ -51,8 +51,11 @@ def test_reload_serves_stored_pages_with_identical_output(engine, tmp_path, prom
         meta = again["meta_info"]
         assert meta["cached_tokens"] == stored_len(prompt)
         assert meta["cached_tokens_details"] == {
-            "device": 0, "host": 0, "storage": stored_len(prompt), "storage_backend": "file"
-        }  # fmt: skip
+            "device": 0,
+            "host": 0,
+            "storage": stored_len(prompt),
+            "storage_backend": "file",
+        }
         assert again["output_ids"] == first["output_ids"] == cold
         third = eng.generate(input_ids=prompt, sampling_params=GREEDY)  # now resident: from the pool
         assert third["meta_info"]["cached_tokens_details"]["storage"] == 0

@@ -27,7 +27,7 @@ def test_flags_map_to_engine_config(tmp_path):
             "--hicache-storage-backend",
             "redis",
             "--disable-hicache-prefetch",
-        ]  # fmt: skip
+        ]
     )
     cfg = engine_config(ns)
     assert cfg["enable_hierarchical_cache"] and cfg["hicache_size"] == 0.5
