@@ -20,7 +20,7 @@ from agent.run import Run, RunContext, Verify
 from agent.tools import Tool
 from agent.trace import SessionLedger, StepRecord, TraceWriter
 from runtime.backends.base import Backend, Completion
-from runtime.errors import BackendError, RadixAgentError
+from runtime.errors import RadixAgentError
 
 DEFAULT_SYSTEM = "You are a careful assistant. Use the tools when they help, then answer briefly."
 
@@ -105,16 +105,13 @@ class Agent:
             return self._backend
 
     def _probe(self) -> None:
-        """Can the backend tokenize? Then ideal hits are in tokens (and prompts too, if it takes ids)."""
+        """The backend declares whether it tokenizes: then ideal hits are in tokens (and prompts
+        too, if it takes ids). Asked once, lazily: building an Agent never loads a model."""
         backend = self.backend
         with self._lock:
             if self._probed:
                 return
-            try:
-                backend.tokenize("probe")
-                self._tokenize = backend.tokenize
-            except (BackendError, NotImplementedError):
-                self._tokenize = None
+            self._tokenize = backend.tokenize if backend.can_tokenize else None
             self._probed = True
 
     def _token_mode(self) -> bool:

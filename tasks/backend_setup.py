@@ -79,7 +79,6 @@ def _server_limit(backend: Backend) -> int | None:
 
 def count_tokens(backend: Backend, text: str) -> int:
     """Tokens of `text` on the backend's tokenizer; ~4 characters a token when it cannot tokenize."""
-    try:
+    if backend.can_tokenize:
         return len(backend.tokenize(text))
-    except Exception:  # noqa: BLE001 - any backend that cannot tokenize gets the estimate
-        return math.ceil(len(text) / 4)
+    return math.ceil(len(text) / 4)

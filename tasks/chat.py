@@ -63,10 +63,7 @@ def _record(session: str, step: int, completion: Completion, ideal: int) -> Step
 
 
 def _units(backend: Backend, text: str) -> list[int] | None:
-    try:
-        return backend.tokenize(text)
-    except (RadixAgentError, NotImplementedError):
-        return None
+    return backend.tokenize(text) if backend.can_tokenize else None
 
 
 def chat(

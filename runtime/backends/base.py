@@ -38,6 +38,11 @@ class Backend:
     #: True when `generate(input_ids=...)` is accepted (token-exact prompts).
     supports_input_ids: bool = False
 
+    @property
+    def can_tokenize(self) -> bool:
+        """True when `tokenize` / `decode` work: callers check this instead of trying and catching."""
+        return False
+
     def generate(
         self,
         prompt: str | None = None,
@@ -76,7 +81,7 @@ class Backend:
     def tokenize(self, text: str) -> list[int]:
         """Token ids of `text` as the server's tokenizer sees it (no special tokens added).
 
-        Raises `BackendError` when the backend cannot tokenize; the agent then sends text.
+        Raises `BackendError` when the backend cannot tokenize (`can_tokenize` is False).
         """
         from runtime.errors import BackendError
 
@@ -109,6 +114,10 @@ class WrappedBackend(Backend):
         self.inner = inner
         self.name = inner.name
         self.supports_input_ids = inner.supports_input_ids
+
+    @property
+    def can_tokenize(self) -> bool:
+        return self.inner.can_tokenize
 
     def tokenize(self, text: str) -> list[int]:
         return self.inner.tokenize(text)

@@ -49,6 +49,10 @@ class EmbeddedBackend(Backend):
     name = "embedded"
     supports_input_ids = True
 
+    @property
+    def can_tokenize(self) -> bool:
+        return True
+
     def __init__(self, engine: Engine | None = None, **engine_options: Any) -> None:
         self._owns_engine = engine is None
         if engine is None:

@@ -100,6 +100,17 @@ class SGLangBackend(Backend):
         return completion_from_output(last, latency, ttft_s=first if first is not None else latency)
 
     # ---- helpers used by the agent --------------------------------------------------------
+    @property
+    def can_tokenize(self) -> bool:
+        """Our server and SGLang's have /tokenize; an OpenAI-style server behind this URL may not:
+        the first question asks the server once (404/405: no), later ones read the answer."""
+        if self._has_tokenize is None:
+            try:
+                self.tokenize("")
+            except BackendError:
+                return False  # not remembered: a server still starting up may answer later
+        return bool(self._has_tokenize)
+
     def tokenize(self, text: str) -> list[int]:
         if self._has_tokenize is False:
             return super().tokenize(text)
