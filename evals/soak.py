@@ -19,7 +19,6 @@ import signal
 import socket
 import statistics
 import subprocess
-import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -27,6 +26,8 @@ from typing import Any
 
 import httpx
 import psutil
+
+from runtime.server.cli import serve_argv
 
 WORDS = [
     "alpha",
@@ -87,14 +88,7 @@ def free_port() -> int:
 
 def start_server(config: SoakConfig, port: int, log_path: Path) -> subprocess.Popen[bytes]:
     cmd = [
-        sys.executable,
-        "-m",
-        "runtime.cli",
-        "serve",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
+        *serve_argv(port),
         "--max-total-tokens",
         str(config.max_total_tokens),
         "--context-length",

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from evals import isolation, soak
+from runtime.server.cli import serve_argv
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -172,14 +173,7 @@ def run_isolation(cfg: StressConfig, out: Path) -> dict[str, Any]:
     port = soak.free_port()
     url = f"http://127.0.0.1:{port}"
     cmd = [
-        sys.executable,
-        "-m",
-        "runtime.cli",
-        "serve",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
+        *serve_argv(port),
         "--max-total-tokens",
         "16384",
         "--require-cache-salt",

@@ -17,12 +17,13 @@ import json
 import os
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import httpx
+
+from runtime.server.cli import serve_argv
 
 QUESTIONS = [
     "What is the weather in Oslo?",
@@ -40,14 +41,7 @@ def _free_port() -> int:
 
 def start_server(port: int, max_total_tokens: int) -> subprocess.Popen[bytes]:
     cmd = [
-        sys.executable,
-        "-m",
-        "runtime.cli",
-        "serve",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
+        *serve_argv(port),
         "--max-total-tokens",
         str(max_total_tokens),
         "--log-level",

@@ -35,6 +35,8 @@ from typing import Any
 
 import httpx
 
+from runtime.server.cli import serve_argv
+
 #: the routers `Cluster` can start, preferred first (what `router="auto"` picks)
 ROUTERS: tuple[str, ...] = ("smg", "sglang-router")
 #: router (its package name on the index) -> the module that launches it (`python -m ...`)
@@ -283,13 +285,7 @@ class Cluster:
         if "--enable-metrics" not in args:
             args.append("--enable-metrics")
         return [
-            sys.executable,
-            "-m",
-            "runtime.server.cli",
-            "--host",
-            self.config.host,
-            "--port",
-            str(port),
+            *serve_argv(port, self.config.host),
             "--log-level",
             "warning",
             "--worker-id",

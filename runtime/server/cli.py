@@ -10,6 +10,12 @@ from types import FrameType
 from runtime.server.args import build_parser, engine_config, server_args
 
 
+def serve_argv(port: int, host: str = "127.0.0.1") -> list[str]:
+    """The command line that starts `radixagent serve` in a subprocess on host:port (workers of
+    `radixagent cluster`, the soak and stress runs, tests); append further serve flags to it."""
+    return [sys.executable, "-m", "runtime.server.cli", "--host", host, "--port", str(port)]
+
+
 def main(argv: list[str]) -> int:
     ns = build_parser().parse_args(argv)
     logging.basicConfig(level=ns.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -37,6 +37,7 @@ from agent.trace import read_trace  # noqa: E402
 from runtime.backends.openai_compat import OpenAIBackend  # noqa: E402
 from runtime.backends.sglang import SGLangBackend  # noqa: E402
 from runtime.errors import BackendError  # noqa: E402
+from runtime.server.cli import serve_argv  # noqa: E402
 
 STALL_S = 1.0  # how long a "stall" fault sleeps; the client timeout in these tests is shorter
 CLIENT_TIMEOUT_S = 0.3
@@ -357,14 +358,7 @@ def _free_port() -> int:
 def served(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
     port = _free_port()
     cmd = [
-        sys.executable,
-        "-m",
-        "runtime.cli",
-        "serve",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
+        *serve_argv(port),
         "--max-total-tokens",
         "4096",
         "--context-length",
