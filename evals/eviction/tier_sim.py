@@ -3,8 +3,9 @@
 
 - on eviction a leaf's full pages are "demoted": their chain keys enter the store (LRU-bounded
   in tokens, or unbounded), unless the session policy judges the node dead (dropped);
-- before a request matches, stored pages continuing the tree's prefix are "loaded": slots are
-  allocated (evicting as any allocation does) and the prefix is inserted, so the match serves it.
+- before a request matches, stored pages continuing the tree's prefix are "loaded" through the
+  cache manager's `adopt` (slots allocated, evicting as any allocation does; the prefix inserted),
+  so the match serves it.
 
 Pages are aligned at position 0 and `page` simulated tokens long (4 = 64 real tokens, the
 engine's default), so the tail of a context shorter than a page is lost as in the engine.
@@ -18,7 +19,7 @@ from collections.abc import Sequence
 
 from evals.eviction.simulator import Replay, _Request
 from evals.eviction.workloads import Workload
-from runtime.cache.radix import RadixCache, TreeNode
+from runtime.cache.radix import TreeNode
 from runtime.cache.session_policy import DEAD, SessionPolicy
 
 
@@ -84,26 +85,16 @@ class TierReplay(Replay):
         self.tier.demote(tokens, len(tokens) - len(node.key))
 
     def _admit(self, req: _Request) -> bool:
-        self._load(self.cache, req.prompt)
+        self._load(req.prompt)
         return super()._admit(req)
 
-    def _load(self, cache: RadixCache, prompt: list[int]) -> None:
-        have = cache.cached_length(prompt)
+    def _load(self, prompt: list[int]) -> None:
+        """Stored pages continuing the resident prefix go into the tree through the engine's
+        cache manager (`adopt`, as the engine's tier load does), without bytes."""
+        have = self.cache.cached_length(prompt)
         n = self.tier.run(prompt, have)
-        if n == 0:
-            return
-        resident = cache.find_node(prompt[:have])
-        cache.lock(resident.node)
-        try:
-            if self.alloc.available < n:
-                cache.evict(n - self.alloc.available)
-            if self.alloc.available < n:
-                return
-            slots = self.alloc.alloc(n)
-        finally:
-            cache.unlock(resident.node)
-        cache.insert(prompt[: have + n], resident.slots + slots)
-        self.tier.loaded_tokens += n
+        if n:
+            self.tier.loaded_tokens += self.manager.adopt(prompt, have, n)
 
 
 def tier_grid(sessions: int = 64, budgets: Sequence[float] = (0.25, 0.5), seed: int = 0) -> list[dict]:

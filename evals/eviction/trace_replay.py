@@ -1,4 +1,5 @@
-"""Replays a Mooncake trace through the engine's own `RadixCache`, `SlotAllocator` and policies.
+"""Replays a Mooncake trace through the engine's own cache manager (`RadixCacheManager` over
+`RadixCache`, `SlotAllocator` and the policies): no copy of the match/lock/alloc/insert/free routine.
 
 One tree key unit = one 512-token block (page size 1 on blocks); capacity is in blocks. Two modes:
 
@@ -29,9 +30,11 @@ from dataclasses import dataclass
 
 from evals.eviction.mooncake import Trace, seen_prefix
 from runtime.cache.kv_pool import SlotAllocator
+from runtime.cache.manager import Lease, RadixCacheManager
 from runtime.cache.policies import make_policy
-from runtime.cache.radix import EvictionPolicy, MatchResult, RadixCache, TreeNode
+from runtime.cache.radix import EvictionPolicy, RadixCache, TreeNode
 from runtime.cache.sessions import SessionRegistry
+from runtime.errors import PoolExhausted
 
 POLICIES = ("lru", "lfu", "fifo", "slru", "priority", "session", "oracle")
 MODES = ("hitrate", "timed")
@@ -166,20 +169,20 @@ def replay(
     check: bool = False,
 ) -> ReplayResult:
     """One replay; `capacity` None = infinite. `tick(n)` reports n more requests done; `check`
-    runs the tree's slot-accounting integrity check at the end (tests)."""
+    runs the cache manager's integrity check at the end (tests)."""
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; choose from {list(MODES)}")
     start, cpu = time.perf_counter(), time.process_time()
     out = ReplayResult(mode, policy, capacity)
     clock = _Clock()
     pol, nu = _policy(policy, trace, clock)
-    alloc = SlotAllocator(_pool_size(trace, mode, capacity))
-    cache = RadixCache(alloc, pol, clock=clock)
+    tree = RadixCache(SlotAllocator(_pool_size(trace, mode, capacity)), pol, clock=clock)
+    manager = RadixCacheManager(tree)  # the engine's match/lock/alloc/insert/free, no model
     runner = _HitRate if mode == "hitrate" else _Timed
-    runner(trace, cache, alloc, clock, nu, out, cost or CostModel(), tick or (lambda n: None)).run()
+    runner(trace, manager, clock, nu, out, cost or CostModel(), tick or (lambda n: None)).run()
     if check:
-        cache.check_integrity()
-    out.evicted_blocks = cache.counters.evicted_tokens
+        manager.check_integrity()
+    out.evicted_blocks = tree.counters.evicted_tokens
     out.seconds, out.cpu_seconds = time.perf_counter() - start, time.process_time() - cpu
     return out
 
@@ -188,15 +191,14 @@ class _Base:
     def __init__(
         self,
         trace: Trace,
-        cache: RadixCache,
-        alloc: SlotAllocator,
+        manager: RadixCacheManager,
         clock: _Clock,
         nu: BeladyPolicy | None,
         out: ReplayResult,
         cost: CostModel,
         tick: Callable[[int], None],
     ) -> None:
-        self.trace, self.cache, self.alloc, self.clock = trace, cache, alloc, clock
+        self.trace, self.manager, self.clock = trace, manager, clock
         self.nu, self.out, self.cost, self.tick = nu, out, cost, tick
         self.seen: set[int] = set()  # blocks an earlier (finished) request computed
 
@@ -215,45 +217,35 @@ class _Base:
             self.tick(TICK_EVERY)
         return tokens
 
-    def _match(self, i: int) -> MatchResult:
+    def _start(self, i: int) -> Lease:
+        """Match and lock request i's prompt blocks; no slots yet."""
         if self.nu is not None:
             self.nu.cursor = i + 1  # request i's own blocks are locked or about to be inserted
-        return self.cache.match_prefix(self.trace.requests[i].blocks)
-
-    def _reserve(self, need: int) -> bool:
-        if self.alloc.available < need:
-            self.cache.evict(need - self.alloc.available)
-        return self.alloc.available >= need
+        return self.manager.start(self.trace.requests[i].blocks, reserve=0)
 
 
 class _HitRate(_Base):
     def run(self) -> None:
-        cache, alloc = self.cache, self.alloc
+        manager = self.manager
         for i, r in enumerate(self.trace.requests):
             self.clock.now = float(i)  # one tick per request: recency in request order, no ties
-            m = self._match(i)
-            self._account(i, m.length)
-            need = len(r.blocks) - m.length
-            if need:
-                cache.lock(m.node)
-                self._reserve(need)
-                take = min(need, alloc.available)  # a prompt larger than the pool keeps what fits
-                cache.insert(r.blocks[: m.length + take], m.slots + alloc.alloc(take))
-                cache.unlock(m.node)
+            lease = self._start(i)
+            self._account(i, lease.cached_len)
+            # a prompt larger than the pool keeps what fits
+            take = min(len(r.blocks) - lease.cached_len, manager.room())
+            manager.extend(lease, take)
+            manager.release(lease, r.blocks, lease.cached_len + take, insert=True)
             self.seen.update(r.blocks)
         self.tick(self.out.requests % TICK_EVERY)
-
-
-_FINISH = 0  # finishes before arrivals at equal times: they free memory
 
 
 class _Timed(_Base):
     def run(self) -> None:
         reqs = self.trace.requests
-        self.running: dict[int, tuple[MatchResult, list[int]]] = {}
+        self.running: dict[int, Lease] = {}
         self.finishes: list[tuple[float, int]] = []
         self.queue: deque[int] = deque()
-        self.head: MatchResult | None = None  # the queue head's match, locked while it waits
+        self.head: Lease | None = None  # the queue head's lease, its match locked while it waits
         nxt = 0
         while nxt < len(reqs) or self.finishes:
             if self.finishes and (nxt == len(reqs) or self.finishes[0][0] <= reqs[nxt].arrival_s):
@@ -270,33 +262,31 @@ class _Timed(_Base):
         self.tick(self.out.requests % TICK_EVERY)
 
     def _drain(self) -> None:
+        manager = self.manager
         while self.queue:
             i = self.queue[0]
             r = self.trace.requests[i]
-            if self.head is not None and self.cache.cached_length(r.blocks) > self.head.length:
-                self.cache.unlock(self.head.node)  # the tree grew while it waited: match again
+            if self.head is not None and manager.peek(r.blocks, "") > self.head.cached_len:
+                manager.release(self.head, r.blocks, 0, insert=False)  # the tree grew: match again
                 self.head = None
             if self.head is None:
-                self.head = self._match(i)
-                self.cache.lock(self.head.node)
-            m = self.head
-            need = r.footprint_blocks - m.length
-            if not self._reserve(need):
-                return
+                self.head = self._start(i)
+            lease = self.head
+            try:  # KV for the uncached prompt blocks and the output, evicting when short
+                manager.extend(lease, r.footprint_blocks - lease.cached_len)
+            except PoolExhausted:
+                return  # waits, its match still locked
             self.queue.popleft()
             self.head = None
-            tokens = self._account(i, m.length)
+            tokens = self._account(i, lease.cached_len)
             self.out.queue_wait_s += self.clock.now - r.arrival_s
-            self.running[i] = (m, self.alloc.alloc(need))
+            self.running[i] = lease
             done = self.clock.now + self.cost.duration(r.input_length - tokens, r.output_length)
             heapq.heappush(self.finishes, (done, i))
 
     def _finish(self, i: int) -> None:
+        """The prompt blocks join the tree (a twin's copy wins); the output's KV is freed: it has
+        no block ids, nobody can read it again."""
         r = self.trace.requests[i]
-        m, slots = self.running.pop(i)
-        prompt_new = len(r.blocks) - m.length
-        held = self.cache.insert(r.blocks, m.slots + slots[:prompt_new]).present
-        self.alloc.free(slots[: max(0, held - m.length)])  # a twin inserted them first
-        self.alloc.free(slots[prompt_new:])  # output KV: no block ids, nobody can read it again
-        self.cache.unlock(m.node)
+        self.manager.release(self.running.pop(i), r.blocks, len(r.blocks), insert=True)
         self.seen.update(r.blocks)

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from runtime.cache.kv_pool import SlotAllocator
 from runtime.cache.radix import CacheCounters, RadixCache, TreeNode
+from runtime.errors import PoolExhausted
 
 if TYPE_CHECKING:
     from runtime.cache.tier.hooks import TierHooks
@@ -112,6 +113,11 @@ class RadixCacheManager:
         """Leading tokens of `key` the tree would serve now; changes nothing."""
         return self.tree.cached_length(key, namespace) if self.shares(share) else 0
 
+    def room(self) -> int:
+        """Slots the pool could hand out now, evicting every unlocked leaf (an unlocked node has
+        no locked descendant, so all of `evictable_size` can go)."""
+        return self.pool.available + self.tree.evictable_size
+
     # ---- a request's life -----------------------------------------------------------------
     def start(
         self,
@@ -128,9 +134,7 @@ class RadixCacheManager:
         lease = Lease(namespace, session_id, priority, self.shares(share))
         if lease.shares:
             if self.tier is not None:  # stored pages continuing the tree's prefix go into it first
-                lease.tier_len = self.tier.extend(
-                    self.tree, self.pool, key, namespace, self._alloc_anywhere, priority, session_id
-                )
+                lease.tier_len = self.tier.extend(self.tree, key, namespace, self.adopt, priority, session_id)
             match = self.tree.match_prefix(key, namespace, session_id)
             lease.node, lease.slots = match.node, list(match.slots)
             lease.cached_len = lease.tree_len = match.length
@@ -197,8 +201,33 @@ class RadixCacheManager:
             self.evict(n - self.pool.available)
         return self.pool.alloc(n, behind[-1] if behind else None)
 
-    def _alloc_anywhere(self, n: int) -> list[int]:
-        return self._alloc(n, [])
+    def adopt(
+        self,
+        key: Sequence[int],
+        have: int,
+        n: int,
+        namespace: str = "",
+        priority: int = 0,
+        session_id: str | None = None,
+        fill: Callable[[list[int]], None] | None = None,
+    ) -> int:
+        """Put `key[have:have+n]`, whose K/V comes from below the pool (the KV tier), into the
+        tree after its resident prefix `key[:have]`: lock that prefix while allocating (which may
+        evict others), `fill(slots)` writes the K/V, insert, unlock. Returns the tokens the tree
+        gained (0 when eviction cannot make room: nothing changed)."""
+        resident = self.tree.find_node(key[:have], namespace)  # splits at `have`: its slots cover it
+        self.tree.lock(resident.node)
+        try:
+            slots = self._alloc(n, list(resident.slots))
+        except PoolExhausted:
+            return 0
+        finally:
+            self.tree.unlock(resident.node)
+        if fill is not None:
+            fill(slots)
+        done = self.tree.insert(key[: have + n], resident.slots + slots, namespace, priority, session_id)
+        self.pool.free(slots[: max(0, done.present - have)])  # a twin got there first
+        return have + n - max(done.present, have)
 
     # ---- the second tier ----------------------------------------------------------------
     def attach_tier(self, tier: TierHooks) -> None:
@@ -218,7 +247,7 @@ class RadixCacheManager:
 
     def prefetch_due(self) -> int:
         """Load the contexts of sessions whose tool is about to return; returns tokens loaded."""
-        return 0 if self.tier is None else self.tier.run_due(self.tree, self.pool, self._alloc_anywhere)
+        return 0 if self.tier is None else self.tier.run_due(self.tree, self.adopt)
 
     def evict(self, num_tokens: int) -> int:
         """Free at least `num_tokens` slots from unlocked leaves, lowest priority first."""

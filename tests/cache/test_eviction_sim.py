@@ -3,6 +3,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from evals.eviction import real
 from evals.eviction.cli import main
 from evals.eviction.simulator import Replay, budget_for
@@ -87,12 +89,28 @@ def test_real_engine_experiment_leaves_the_policies_a_choice() -> None:
     assert real.pool_tokens(cfg, 100, 90) == (106, True)
 
 
-def test_simulator_drives_the_engines_cache_manager() -> None:
-    """No copy of match/lock/alloc/insert/free/unlock: the replay runs the engine's class."""
-    import evals.eviction.simulator as sim
-    from runtime.cache.manager import RadixCacheManager
+ROUTINE_CALLS = ("match_prefix(", ".insert(", ".lock(", ".unlock(", ".alloc(", ".free(", ".evict(")
 
-    assert sim.RadixCacheManager is RadixCacheManager
-    src = Path(sim.__file__).read_text()
-    for call in ("match_prefix(", ".insert(", ".lock(", ".unlock(", "alloc.alloc(", "alloc.free("):
-        assert call not in src, f"simulator calls {call} itself"
+
+@pytest.mark.parametrize(
+    "module",
+    [
+        "evals.eviction.simulator",  # agent workloads
+        "evals.eviction.trace_replay",  # Mooncake traces
+        "evals.eviction.tier_sim",  # the KV tier modelled in the simulator
+        "runtime.cache.tier.hooks",  # the engine's tier load
+    ],
+)
+def test_one_copy_of_the_cache_routine(module: str) -> None:
+    """No copy of match/lock/alloc/insert/free/unlock outside the cache manager: the replays and
+    the tier run the engine's `RadixCacheManager` (start/extend/release/adopt)."""
+    import importlib
+
+    src = Path(importlib.import_module(module).__file__).read_text()  # type: ignore[arg-type]
+    for call in ROUTINE_CALLS:
+        assert call not in src, f"{module} calls {call} itself"
+    if module.startswith("evals"):
+        from runtime.cache.manager import RadixCacheManager
+
+        assert "RadixCacheManager" in src or "Replay" in src
+        assert importlib.import_module("evals.eviction.simulator").RadixCacheManager is RadixCacheManager

@@ -3,9 +3,10 @@
 - `on_evict(node)`: the radix tree calls it for a leaf about to be evicted, while its slots (and
   its ancestors') still hold K/V. Session-aware: a node the session policy judges dead (every
   session that used it closed it or rolled back past it) is dropped, the rest demoted.
-- `extend(cache, ids, namespace, ...)`: the scheduler calls it before matching a request. When
-  the store continues the tree's resident prefix, those pages are written into fresh pool slots
-  and inserted into the tree, so the ordinary match that follows serves them. Returns the number
+- `extend(cache, ids, namespace, adopt, ...)`: the cache manager calls it before matching a
+  request. When the store continues the tree's resident prefix, the manager's `adopt` takes
+  fresh pool slots, these pages are written into them and the manager inserts them into the
+  tree, so the ordinary match that follows serves them. Returns the number
   of tokens loaded (reported as `cached_tokens_details.storage`).
 - `on_publish(namespace, key, slots, present)`: with `write_through`, every published prefix is
   written at once (else nothing happens until eviction).
@@ -32,7 +33,11 @@ from runtime.cache.tier.keys import Fingerprint, weights_digest
 from runtime.cache.tier.redis_store import RedisStore
 from runtime.cache.tier.store import KVStore, log
 from runtime.cache.tier.tier import Fetched, KVTier, TierConfig
-from runtime.errors import PoolExhausted
+
+#: The cache manager's `adopt` (runtime/cache/manager.py): key, have, n, namespace, priority,
+#: session_id, fill(slots) -> tokens the tree gained. The tier never locks, allocates or inserts
+#: itself: the manager owns that routine.
+Adopt = Callable[[Sequence[int], int, int, str, int, str | None, Callable[[list[int]], None]], int]
 
 #: sessions whose latest context is remembered for prefetch (least recently active dropped)
 MAX_REMEMBERED = 4096
@@ -117,34 +122,25 @@ class TierHooks:
     def extend(
         self,
         cache: Any,
-        pool: Any,
         ids: Sequence[int],
         namespace: str,
-        alloc: Callable[[int], list[int]],
+        adopt: Adopt,
         priority: int = 0,
         session_id: str | None = None,
     ) -> int:
-        """Load stored pages continuing the tree's prefix of `ids`; returns tokens loaded."""
+        """Load stored pages continuing the tree's prefix of `ids` through the cache manager's
+        `adopt`; returns tokens loaded."""
         have = cache.cached_length(ids, namespace)
         got = self.tier.fetch(namespace, ids, have)
         if got is None:
             return 0
-        resident = cache.find_node(ids[:have], namespace)  # splits at `have`: its slots cover it
-        cache.lock(resident.node)  # the allocation below may evict: not our own prefix
-        try:
-            slots = alloc(got.tokens)
-        except PoolExhausted:
-            return 0
-        finally:
-            cache.unlock(resident.node)
-        began = time.perf_counter()
-        _write(pool, slots, got)
-        present = cache.insert(
-            ids[: got.end], resident.slots + slots, namespace, priority, session_id
-        ).present
-        pool.free(slots[: max(0, present - have)])  # another path got there first (never, single thread)
-        self.tier.note_loaded(got, time.perf_counter() - began)
-        return got.end - max(present, have)
+
+        def fill(slots: list[int]) -> None:
+            began = time.perf_counter()
+            _write(self.tier.pool, slots, got)
+            self.tier.note_loaded(got, time.perf_counter() - began)
+
+        return adopt(ids, have, got.tokens, namespace, priority, session_id, fill)
 
     # ---- prefetch -------------------------------------------------------------------------
     def remember(self, session: str, namespace: str, tokens: list[int]) -> None:
@@ -170,7 +166,7 @@ class TierHooks:
         with self._due_lock:
             return None if not self._due else max(0.0, min(self._due.values()) - time.monotonic())
 
-    def run_due(self, cache: Any, pool: Any, alloc: Callable[[int], list[int]]) -> int:
+    def run_due(self, cache: Any, adopt: Adopt) -> int:
         """Prefetch every session whose time has come; returns tokens loaded."""
         now = time.monotonic()
         with self._due_lock:
@@ -183,7 +179,7 @@ class TierHooks:
             if ctx is None:
                 continue
             namespace, tokens = ctx
-            n = self.extend(cache, pool, tokens, namespace, alloc, session_id=session)
+            n = self.extend(cache, tokens, namespace, adopt, session_id=session)
             self.tier.counters.prefetches += 1
             self.tier.counters.prefetched_tokens += n
             loaded += n
