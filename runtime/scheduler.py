@@ -375,6 +375,7 @@ class Scheduler:
             req.session_id,
             req.priority,
             share=req.use_cache,
+            grow=req.params.max_new_tokens,
         )
         req.cached_len = req.lease.cached_len
         req.evicted_len = req.lease.evicted_len

@@ -43,9 +43,7 @@ class SlotAllocator:
             and after + n < self.size
             and self._is_free[after + 1 : after + 1 + n] == b"\x01" * n
         ):
-            self._is_free[after + 1 : after + 1 + n] = bytes(n)
-            self._available -= n
-            return list(range(after + 1, after + 1 + n))
+            return self.take_run(after + 1, n)
         out: list[int] = []
         stack, is_free, in_stack = self._free, self._is_free, self._in_stack
         while len(out) < n:
@@ -57,6 +55,27 @@ class SlotAllocator:
         self._available -= n
         out.sort()
         return out
+
+    def free_run(self, n: int, after: int | None = None) -> int | None:
+        """The first slot of n consecutive free slots: right after `after` when those are free,
+        else the lowest such run; None when the free slots hold no run that long."""
+        if n <= 0 or n > self._available:
+            return None
+        if (
+            after is not None
+            and after + n < self.size
+            and self._is_free[after + 1 : after + 1 + n] == b"\x01" * n
+        ):
+            return after + 1
+        at = self._is_free.find(b"\x01" * n)
+        return None if at < 0 else at
+
+    def take_run(self, first: int, n: int) -> list[int]:
+        """Slots first..first+n-1, all free (from `free_run`); their stack entries go stale."""
+        assert self._is_free[first : first + n] == b"\x01" * n, "take_run over slots in use"
+        self._is_free[first : first + n] = bytes(n)
+        self._available -= n
+        return list(range(first, first + n))
 
     def free(self, slots: Sequence[int]) -> None:
         is_free, in_stack, stack = self._is_free, self._in_stack, self._free

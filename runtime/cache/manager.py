@@ -34,6 +34,9 @@ from runtime.cache.kv_pool import SlotAllocator
 from runtime.cache.radix import CacheCounters, RadixCache, TreeNode
 from runtime.errors import PoolExhausted
 
+#: decode room a run is sought with when the request's own `grow` finds none
+GROW_TRY = 64
+
 if TYPE_CHECKING:
     from runtime.cache.tier.hooks import TierHooks
 
@@ -44,6 +47,7 @@ class RequestKV(Protocol):
     list, which the manager grows (`extend`) and rebinds (`publish`) in place."""
 
     def take(self, slots: list[int], cached: int) -> object: ...
+    def copy(self, src: Sequence[int], dst: Sequence[int]) -> None: ...
     def give(self, buffer: object) -> None: ...
     def held_bytes(self, buffers: Sequence[object]) -> int: ...
     @property
@@ -127,10 +131,13 @@ class RadixCacheManager:
         session_id: str | None = None,
         priority: int = 0,
         share: bool = True,
+        grow: int = 0,
     ) -> Lease:
         """Match `key` (the part of the prompt the cache may serve), lock the match and allocate
-        slots up to `reserve` positions. With a `RequestKV`, also the request's view of its KV. Raises `PoolExhausted` when eviction cannot make room; on any
-        error nothing stays locked or taken."""
+        slots up to `reserve` positions (`grow`: how many more decode will likely ask for). With
+        a `RequestKV`, the positions are one run of slots where free space allows (see
+        `_one_run`) and the request gets its view of them. Raises `PoolExhausted` when eviction
+        cannot make room; on any error nothing stays locked or taken."""
         lease = Lease(namespace, session_id, priority, self.shares(share))
         if lease.shares:
             if self.tier is not None:  # stored pages continuing the tree's prefix go into it first
@@ -144,7 +151,8 @@ class RadixCacheManager:
             if match.length < len(key) and self.hooks.on_miss is not None:
                 self.hooks.on_miss(lease, key)
         try:
-            lease.slots += self._alloc(max(0, reserve - lease.cached_len), lease.slots)
+            if not self._one_run(lease, reserve, grow):
+                lease.slots += self._alloc(max(0, reserve - lease.cached_len), lease.slots)
             if self.kv is not None:
                 lease.kv = self.kv.take(lease.slots, lease.cached_len)
         except BaseException:  # PoolExhausted, or a failing buffer: what was locked or taken goes back
@@ -200,6 +208,34 @@ class RadixCacheManager:
         if n > self.pool.available:
             self.evict(n - self.pool.available)
         return self.pool.alloc(n, behind[-1] if behind else None)
+
+    def _one_run(self, lease: Lease, reserve: int, grow: int) -> bool:
+        """With a `RequestKV` (the engine): put the lease's `reserve` positions in one run of
+        free slots with room for `grow` after it, so attention reads them as a view of the pool
+        on every step. A scattered set is gathered per layer and step instead (at 4k tokens
+        2.6 ms against 0.4 ms a layer, measured: decode at half speed). A matched prefix whose
+        own slots cannot simply be continued is copied once into the run (`RequestKV.copy`: the
+        copies are the lease's, freed at release; the tree keeps its own). Free slots only: it
+        never evicts. False: nothing taken, the ordinary allocation follows."""
+        m = lease.cached_len
+        if self.kv is None or reserve <= 0:
+            return False
+        if m and _is_run(lease.slots):
+            after = lease.slots[-1]
+            if self.pool.free_run(reserve - m + min(grow, GROW_TRY), after) == after + 1:
+                return False  # the ordinary allocation continues the prefix's own run
+        for room in dict.fromkeys((grow, min(grow, GROW_TRY))):
+            first = self.pool.free_run(max(reserve, m) + room)
+            if first is not None:
+                break
+        else:
+            return False
+        run = self.pool.take_run(first, max(reserve, m))
+        if m:
+            self.kv.copy(lease.slots, run[:m])
+            lease.dups += run[:m]
+        lease.slots = run
+        return True
 
     def adopt(
         self,
@@ -287,6 +323,10 @@ class RadixCacheManager:
         if self.kv is not None:
             held = self.kv.held_bytes([le.kv for le in self.leases if le.kv is not None])
             assert held <= self.kv.budget_bytes, f"KV held {held} B over the budget {self.kv.budget_bytes} B"
+
+
+def _is_run(slots: Sequence[int]) -> bool:
+    return bool(slots) and list(slots) == list(range(slots[0], slots[0] + len(slots)))
 
 
 class NoCacheManager(RadixCacheManager):

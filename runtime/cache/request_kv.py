@@ -26,6 +26,15 @@ class PooledKV:
         planes = self.pool.planes
         return SeqKV(planes[0], planes[1], cached, self.pool.fmt, planes[2:], slots=slots)
 
+    def copy(self, src: Sequence[int], dst: Sequence[int]) -> None:
+        """Every layer's K/V at slots `src` into `dst` (one run), run by run as slice copies
+        (bytes unchanged: attention on the copy equals attention on the original)."""
+        at = dst[0]
+        for first, n in _runs(src):
+            for plane in self.pool.planes:
+                plane[:, :, at : at + n].copy_(plane[:, :, first : first + n])
+            at += n
+
     def give(self, buffer: object) -> None:
         """Nothing to hand back: the slots go back through the manager."""
 
@@ -35,3 +44,14 @@ class PooledKV:
     @property
     def budget_bytes(self) -> int:
         return self.pool.capacity_bytes
+
+
+def _runs(slots: Sequence[int]) -> list[tuple[int, int]]:
+    """(first slot, length) of each run of consecutive slots, in order."""
+    out: list[tuple[int, int]] = []
+    for s in slots:
+        if out and out[-1][0] + out[-1][1] == s:
+            out[-1] = (out[-1][0], out[-1][1] + 1)
+        else:
+            out.append((s, 1))
+    return out
