@@ -238,9 +238,6 @@ class Cluster:
         )
         return self.router
 
-    def dead(self) -> list[Proc]:
-        return [p for p in [*self.workers, *([self.router] if self.router else [])] if not p.alive()]
-
     # ---- per-worker statistics ---------------------------------------------------------------
     def worker_stats(self, timeout_s: float = 10.0) -> list[dict[str, Any]]:
         """Each live worker's /get_server_info `cache_stats` (+ `url`); dead workers give `{"url", "error"}`."""

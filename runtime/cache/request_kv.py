@@ -26,9 +26,6 @@ class PooledKV:
         planes = self.pool.planes
         return SeqKV(planes[0], planes[1], cached, self.pool.fmt, planes[2:], slots=slots)
 
-    def give(self, buffer: object) -> None:
-        """Nothing to hand back: the slots go back through the manager."""
-
     def held_bytes(self, buffers: Sequence[object]) -> int:
         return self.pool.capacity_bytes  # per-request views add no K/V bytes
 
