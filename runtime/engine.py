@@ -49,6 +49,9 @@ def check_total_tokens(prompt_len: int, explicit: bool, sp: SamplingParams, cont
 
 
 class Engine:
+    """SGLang's offline `Engine` (runtime/ENGINE_API.md). Its parts are built by engine_build.py;
+    its figures come from engine_stats.py; each request goes `_request` → scheduler → result."""
+
     def __init__(self, model_path: str | None = None, **config: Any) -> None:
         self.config = EngineConfig(model_path=model_path, **config)
         if self.config.num_threads:
