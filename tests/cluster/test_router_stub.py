@@ -81,10 +81,10 @@ def test_stub_workers_register(stubs: Cluster) -> None:
 def test_session_keys_stick_and_spread(stubs: Cluster) -> None:
     """min_group counts the keys with requests in flight (sequential new keys are placed about at
     random: 5/3 of 8 on both routers), so the first step of the four sessions runs concurrently,
-    each held 0.5 s by the stub; later steps run one at a time and must stay on their worker."""
+    each held 1 s by the stub; later steps run one at a time and must stay on their worker."""
     keys = [f"sess-{stubs.router_kind}-{i}" for i in range(4)]
     with ThreadPoolExecutor(len(keys)) as pool:
-        first = list(pool.map(lambda k: _generate(stubs, f"[[sleep=0.5]] {k} opens", key=k), keys))
+        first = list(pool.map(lambda k: _generate(stubs, f"[[sleep=1]] {k} opens", key=k), keys))
     placed = {k: [m["worker"]] for k, m in zip(keys, first, strict=True)}
     assert sorted(Counter(ws[0] for ws in placed.values()).values()) == [2, 2], placed  # min_group
     for step in range(1, 3):
