@@ -11,7 +11,6 @@ import json
 import logging
 import warnings
 from pathlib import Path
-from typing import Literal
 
 from runtime.ledger import MISS_CAUSES, SessionLedger, StepAccounting, StepEvent, common_prefix
 from runtime.trace_record import StepRecord, TraceWriter
@@ -30,8 +29,6 @@ __all__ = [
     "read_trace",
     "warn_prefix_break",
 ]
-
-StepKind = Literal["plan", "act", "tool", "reflect", "backtrack", "fork", "answer", "qa"]
 
 
 class PrefixBreakWarning(UserWarning):

@@ -238,9 +238,6 @@ class Cluster:
         )
         return self.router
 
-    def dead(self) -> list[Proc]:
-        return [p for p in [*self.workers, *([self.router] if self.router else [])] if not p.alive()]
-
     # ---- per-worker statistics ---------------------------------------------------------------
     def worker_stats(self, timeout_s: float = 10.0) -> list[dict[str, Any]]:
         """Each live worker's /get_server_info `cache_stats` (+ `url`); dead workers give `{"url", "error"}`."""
@@ -397,7 +394,10 @@ def _signal_group(popen: subprocess.Popen[bytes], sig: signal.Signals) -> None:
 
 
 def _wait_http(proc: Proc, path: str, deadline: float, ready: Any) -> None:
-    """Poll `proc.url + path` until `ready(response)`; ClusterError when the process dies or time runs out."""
+    """Poll `proc.url + path` until `ready(response)`; ClusterError when the process dies or time runs out.
+    The wait between polls starts at 50 ms and doubles up to 0.5 s: a model-free stub is up in
+    ~0.1 s, a model worker in tens of seconds."""
+    pause = 0.05
     while True:
         if not proc.alive():
             raise ClusterError(
@@ -408,4 +408,5 @@ def _wait_http(proc: Proc, path: str, deadline: float, ready: Any) -> None:
                 return
         if time.monotonic() > deadline:
             raise ClusterError(f"{proc.name} not ready at {proc.url}{path}; log {proc.log}:\n{proc.tail()}")
-        time.sleep(0.5)
+        time.sleep(pause)
+        pause = min(0.5, pause * 2)

@@ -22,11 +22,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from runtime.errors import InvalidRequest
+
+if TYPE_CHECKING:
+    from runtime.generation import LogprobArgs
 
 #: SGLang returns at most this many top logprobs per position (OpenAI's top_logprobs max is 20)
 MAX_TOP_LOGPROBS = 20
@@ -66,6 +69,16 @@ class LogprobState:
     input_top: list[Top | None] = field(default_factory=list)
     output_vals: list[float] = field(default_factory=list)
     output_top: list[Top] = field(default_factory=list)
+
+    @classmethod
+    def requested(cls, args: LogprobArgs, prompt_len: int) -> LogprobState | None:
+        """The state a request's logprob arguments ask for; None without `return_logprob` (as
+        SGLang: the other logprob arguments mean nothing without it)."""
+        if not args.return_logprob:
+            return None
+        with_text = bool(args.return_text_in_logprobs)
+        spec = LogprobSpec.resolve(prompt_len, args.logprob_start_len, args.top_logprobs_num, with_text)
+        return cls(spec, prompt_len)
 
     def __post_init__(self) -> None:
         if self.spec.start < self.prompt_len:  # SGLang's first reported prompt token has no logprob

@@ -9,12 +9,12 @@ from typing import Any
 import torch
 
 from runtime import model_files
+from runtime.engine_build import DTYPES
 from runtime.errors import InvalidRequest
 from runtime.model import SUPPORTED, LlamaModel, ModelConfig
 
 #: SGLang's `load_format` values this loader serves (None and "auto" pick by the path)
 LOAD_FORMATS = (None, "auto", "gguf", "safetensors")
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 def check_load_format(model_path: str, load_format: str | None) -> None:

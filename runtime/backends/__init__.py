@@ -34,7 +34,7 @@ def backend_class(name: str) -> Callable[..., Backend]:
 
 def connect(target: Any = "embedded", **options: Any) -> Backend:
     """A `Backend` for `target` (see the module docstring). `options` go to the backend's constructor
-    (e.g. `api_key=`, `model=`, `max_attempts=`; for "embedded": Engine config such as `max_total_tokens=`)."""
+    (e.g. `api_key=`, `model=`, `max_attempts=`, `retry_backoff_s=`; for "embedded": Engine config such as `max_total_tokens=`)."""
     if isinstance(target, Backend):
         return target
     if not isinstance(target, str):

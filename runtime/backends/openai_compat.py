@@ -34,11 +34,12 @@ class OpenAIBackend(Backend):
         model: str | None = None,
         timeout_s: float = 600.0,
         max_attempts: int = 4,
+        retry_backoff_s: float = 0.5,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         if not self.base_url.endswith("/v1"):
             self.base_url += "/v1"
-        self.max_attempts = max_attempts
+        self.max_attempts, self.retry_backoff_s = max_attempts, retry_backoff_s
         self.client = openai.OpenAI(
             base_url=self.base_url, api_key=api_key or "EMPTY", timeout=timeout_s, max_retries=0
         )
@@ -97,7 +98,7 @@ class OpenAIBackend(Backend):
             except (openai.APIConnectionError, openai.APITimeoutError) as exc:
                 raise BackendError(f"{self.base_url}: {type(exc).__name__}: {exc}", retryable=True) from exc
 
-        return with_retries(once, self.max_attempts)
+        return with_retries(once, self.max_attempts, self.retry_backoff_s)
 
     def close(self) -> None:
         self.client.close()

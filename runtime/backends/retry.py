@@ -3,11 +3,13 @@ exponential backoff; a 4xx is final at once.
 
 Backoff 0.5 s, 1 s, 2 s, 4 s (capped): the default 4 attempts wait 3.5 s in all, which covers
 sglang-router's detection of a dead worker in a `radixagent cluster` (health check every 1 s,
-unhealthy after 2 failures; see docs/cluster.md, "Faults")."""
+unhealthy after 2 failures; see docs/cluster.md, "Faults"). The first wait is the backends'
+`retry_backoff_s` (tests against loopback fault servers shorten it)."""
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -23,12 +25,20 @@ def is_retryable(exc: BaseException) -> bool:
     return isinstance(exc, BackendError) and exc.retryable
 
 
-def with_retries(fn: Callable[[], T], attempts: int, max_wait_s: float = 4.0) -> T:
-    """Call `fn` up to `attempts` times while it raises a retryable `BackendError`; re-raise the last."""
+def with_retries(
+    fn: Callable[[], T],
+    attempts: int,
+    backoff_s: float = 0.5,
+    max_wait_s: float = 4.0,
+    sleep: Callable[[float], None] = time.sleep,
+) -> T:
+    """Call `fn` up to `attempts` times while it raises a retryable `BackendError`; re-raise the last.
+    Waits `backoff_s`, then twice as long each time, at most `max_wait_s`."""
     retrying = Retrying(
         retry=retry_if_exception(is_retryable),
         stop=stop_after_attempt(max(1, attempts)),
-        wait=wait_exponential(multiplier=0.5, max=max_wait_s),
+        wait=wait_exponential(multiplier=backoff_s, max=max_wait_s),
+        sleep=sleep,
         reraise=True,
     )
     return retrying(fn)

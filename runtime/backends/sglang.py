@@ -38,11 +38,12 @@ class SGLangBackend(Backend):
         timeout_s: float = 600.0,
         connect_timeout_s: float = 10.0,
         max_attempts: int = 4,
+        retry_backoff_s: float = 0.5,
         stream: bool = True,
         routing_key_header: str | None = ROUTING_KEY_HEADER,
     ) -> None:
         self.base_url = base_url.rstrip("/")
-        self.max_attempts = max_attempts
+        self.max_attempts, self.retry_backoff_s = max_attempts, retry_backoff_s
         self.stream = stream
         self.routing_key_header = routing_key_header
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
@@ -57,7 +58,7 @@ class SGLangBackend(Backend):
         payload["stream"] = self.stream
         headers = self._routing_headers(request.session_id)
         run = self._generate_stream if self.stream else self._generate_once
-        return with_retries(lambda: run(payload, headers), self.max_attempts)
+        return with_retries(lambda: run(payload, headers), self.max_attempts, self.retry_backoff_s)
 
     def _routing_headers(self, session_id: str | None) -> dict[str, str]:
         """The router's session-affinity header; none for session-less requests (cache-aware routing)."""
@@ -172,7 +173,7 @@ class SGLangBackend(Backend):
                 raise status_error(resp.status_code, resp.text, self._url(path))
             return resp.json()
 
-        return with_retries(once, self.max_attempts)
+        return with_retries(once, self.max_attempts, self.retry_backoff_s)
 
 
 def build_payload(request: GenerationRequest) -> dict[str, Any]:

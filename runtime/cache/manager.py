@@ -48,7 +48,6 @@ class RequestKV(Protocol):
 
     def take(self, slots: list[int], cached: int) -> object: ...
     def copy(self, src: Sequence[int], dst: Sequence[int]) -> None: ...
-    def give(self, buffer: object) -> None: ...
     def held_bytes(self, buffers: Sequence[object]) -> int: ...
     @property
     def budget_bytes(self) -> int: ...
@@ -196,8 +195,6 @@ class RadixCacheManager:
         self.pool.free(lease.slots[lease.tree_len :] + lease.dups)
         if lease.node is not None:
             self.tree.unlock(lease.node)
-        if lease.kv is not None and self.kv is not None:
-            self.kv.give(lease.kv)
         self.leases.discard(lease)
         lease.slots, lease.dups, lease.kv, lease.node = [], [], None, None
 

@@ -72,7 +72,6 @@ class InsertResult(NamedTuple):
 @dataclass(slots=True)
 class CacheCounters:
     inserts: int = 0
-    inserted_tokens: int = 0
     evictions: int = 0
     evicted_tokens: int = 0
     matches: int = 0
@@ -236,7 +235,6 @@ class RadixCache:
         self._leaves_set.add(leaf)
         self.evictable_size += len(leaf.key)
         self.counters.inserts += 1
-        self.counters.inserted_tokens += len(leaf.key)
         return leaf
 
     @staticmethod

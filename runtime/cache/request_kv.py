@@ -35,9 +35,6 @@ class PooledKV:
                 plane[:, :, at : at + n].copy_(plane[:, :, first : first + n])
             at += n
 
-    def give(self, buffer: object) -> None:
-        """Nothing to hand back: the slots go back through the manager."""
-
     def held_bytes(self, buffers: Sequence[object]) -> int:
         return self.pool.capacity_bytes  # per-request views add no K/V bytes
 

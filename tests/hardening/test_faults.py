@@ -35,12 +35,14 @@ from fake_backend import FakeBackend  # noqa: E402
 from agent import Agent, tool  # noqa: E402
 from agent.trace import read_trace  # noqa: E402
 from runtime.backends.openai_compat import OpenAIBackend  # noqa: E402
+from runtime.backends.retry import with_retries  # noqa: E402
 from runtime.backends.sglang import SGLangBackend  # noqa: E402
 from runtime.errors import BackendError  # noqa: E402
 from runtime.server.cli import serve_argv  # noqa: E402
 
 STALL_S = 1.0  # how long a "stall" fault sleeps; the client timeout in these tests is shorter
 CLIENT_TIMEOUT_S = 0.3
+BACKOFF_S = 0.01  # the first retry wait (the default 0.5 s schedule: test_the_default_backoff_...)
 
 
 # ---- a scripted flaky server ---------------------------------------------------------------------
@@ -168,6 +170,7 @@ def sglang(url: str, stream: bool = True, attempts: int = 4) -> SGLangBackend:
         timeout_s=CLIENT_TIMEOUT_S,
         connect_timeout_s=CLIENT_TIMEOUT_S,
         max_attempts=attempts,
+        retry_backoff_s=BACKOFF_S,
         stream=stream,
     )
 
@@ -206,6 +209,32 @@ def test_sglang_gives_up_after_the_bound(fault: Any) -> None:
     assert time.monotonic() - started < 3 * STALL_S + 3  # backoff is bounded too
 
 
+def test_the_default_backoff_waits_half_a_second_then_doubles_up_to_the_cap() -> None:
+    """The real schedule (the tests above shorten it), with the waits recorded instead of slept."""
+
+    def failing(times: int):
+        calls = iter(range(times + 1))
+
+        def fn() -> int:
+            if next(calls) < times:
+                raise BackendError("injected 503", status=503, retryable=True)
+            return 7
+
+        return fn
+
+    waits: list[float] = []
+    assert with_retries(failing(5), attempts=6, sleep=waits.append) == 7
+    assert waits == [0.5, 1.0, 2.0, 4.0, 4.0]
+    waits.clear()
+    with pytest.raises(BackendError, match="injected"):
+        with_retries(failing(5), attempts=3, sleep=waits.append)
+    assert waits == [0.5, 1.0]  # the bound: 3 attempts, 2 waits, then the last error
+    waits.clear()
+    with pytest.raises(BackendError, match="injected"):
+        with_retries(failing(1), attempts=1, backoff_s=0.01, sleep=waits.append)
+    assert waits == []
+
+
 @pytest.mark.parametrize("status", [400, 401, 404, 422])
 def test_sglang_4xx_is_final_at_once(status: int) -> None:
     with FlakyServer([status]) as srv:
@@ -233,7 +262,9 @@ def test_sglang_helper_calls_retry_too() -> None:
 
 def test_openai_backend_retries_5xx_and_drops_but_not_4xx() -> None:
     with FlakyServer(["drop", "cut", 503]) as srv:
-        backend = OpenAIBackend(srv.url, model="m", timeout_s=CLIENT_TIMEOUT_S, max_attempts=4)
+        backend = OpenAIBackend(
+            srv.url, model="m", timeout_s=CLIENT_TIMEOUT_S, max_attempts=4, retry_backoff_s=BACKOFF_S
+        )
         try:
             done = backend.generate("hi", sampling_params={"max_new_tokens": 4})
         finally:
@@ -248,7 +279,9 @@ def test_openai_backend_retries_5xx_and_drops_but_not_4xx() -> None:
 def _openai_failure(faults: list[Any], attempts: int) -> tuple[BackendError, int]:
     """The error OpenAIBackend.generate ends with against scripted faults, and the requests it made."""
     with FlakyServer(faults) as srv:
-        backend = OpenAIBackend(srv.url, model="m", timeout_s=CLIENT_TIMEOUT_S, max_attempts=attempts)
+        backend = OpenAIBackend(
+            srv.url, model="m", timeout_s=CLIENT_TIMEOUT_S, max_attempts=attempts, retry_backoff_s=BACKOFF_S
+        )
         try:
             with pytest.raises(BackendError) as info:
                 backend.generate("hi")

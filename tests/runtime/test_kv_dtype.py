@@ -164,12 +164,11 @@ def test_int8_pool_holds_3_8x_the_tokens_of_float32_in_the_same_bytes(engine):
 
 
 def test_the_hf_fallback_refuses_formats_it_cannot_store():
-    from runtime.engine import Engine
+    from runtime.engine_build import kv_format
     from runtime.hf_model import HFModel
 
     fake = object.__new__(HFModel)
     fake.dtype, fake.kv_dtype, fake.cfg = torch.float32, torch.float32, TINY
-    probe = object.__new__(Engine)
-    probe.config = EngineConfig(kv_cache_dtype="int8")
     with pytest.raises(ValueError, match="compact forward"):
-        probe._kv_format(fake)
+        kv_format(EngineConfig(kv_cache_dtype="int8"), fake)
+    assert kv_format(EngineConfig(), fake).name == "float32"  # auto: the fallback's own dtype

@@ -68,7 +68,7 @@ def test_connection_refused_retries_then_fails() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # closed once the block ends: nothing listens there
-    b = connect(f"http://127.0.0.1:{port}", max_attempts=2)
+    b = connect(f"http://127.0.0.1:{port}", max_attempts=2, retry_backoff_s=0.01)
     with pytest.raises(BackendError) as info:
         b.generate("x", sampling_params=GREEDY)
     assert info.value.retryable and info.value.status is None
