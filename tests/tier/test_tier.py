@@ -49,6 +49,7 @@ def test_fetch_stops_at_first_missing_or_corrupt_page(tmp_path):
     tier = _tier(tmp_path, pool)
     tokens, slots = list(range(64)), list(range(64))
     tier.demote("", tokens, slots, start=0)
+    assert tier.flush(10)
     keys = tier.keys("", tokens)
     path = tier.store._path(keys[2])
     path.write_bytes(path.read_bytes()[:-10])  # truncated third page
@@ -83,6 +84,7 @@ def test_format_mismatch_is_rejected(tmp_path):
     tier = _tier(tmp_path, _pool("float32"))
     tokens = list(range(16))
     tier.demote("", tokens, list(range(16)), start=0)
+    assert tier.flush(10)
     other = KVTier(tier.store, TierConfig(page_tokens=16), _pool("bfloat16"), FP)
     assert other.fetch("", tokens, have=0) is None
     assert other.counters.corrupt_pages == 1

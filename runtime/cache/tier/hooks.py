@@ -192,7 +192,7 @@ class TierHooks:
         return loaded
 
     def close(self) -> None:
-        self.tier.store.close()
+        self.tier.close()
 
 
 def _path(node: Any) -> tuple[list[int], list[int]]:
@@ -229,6 +229,7 @@ def build_hooks(config: Any, pool: Any, model: Any, name: str, policy: Any) -> T
         page_tokens=config.hicache_page_tokens,
         write_policy=config.hicache_write_policy or default_write_policy(config.hicache_storage_backend),
         prefetch=config.hicache_prefetch,
+        write_queue_bytes=int(config.hicache_write_queue_mb * 2**20),
     )
     tier = KVTier(make_store(config), tier_config, pool, model_fingerprint(model, name, pool.fmt.name))
     demote_filter = None
