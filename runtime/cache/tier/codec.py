@@ -38,7 +38,7 @@ def encode(key: str, fmt: str, planes: Sequence[torch.Tensor]) -> bytes:
     }
     head = json.dumps(header, separators=(",", ":")).encode()
     # join takes the arrays' buffers as they are: one copy of the planes, not two
-    return b"".join([MAGIC, _LEN.pack(len(head)), head, *(memoryview(r) for r in raw)])
+    return b"".join([MAGIC, _LEN.pack(len(head)), head, *(r.data for r in raw)])
 
 
 def decode(key: str, fmt: str, blob: bytes | bytearray | memoryview) -> list[torch.Tensor]:
