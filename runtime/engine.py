@@ -539,8 +539,10 @@ class Engine:
                 "write_time_s",
                 "corrupt_pages",
                 "prefetched_tokens",
+                "dropped_pages",
             )
         }
+        flat["tier_write_queue_bytes"] = t.get("write_queue_bytes", 0)  # 0: writes are synchronous
         return {**flat, "tier": t}
 
     def _kv_memory(self) -> dict[str, int]:
