@@ -299,19 +299,34 @@ def redis_server(workdir: Path) -> Iterator[str | None]:
         proc.wait(timeout=10)
 
 
+def _flush_redis(url: str) -> None:
+    """Each mode starts from an empty shared tier."""
+    import redis
+
+    redis.Redis.from_url(url).flushall()
+
+
 def cluster_section(engine: Any, tier_dir: Path, sessions: int, steps: int, say: Callable) -> dict:
     doc = _prompt(engine, 256)
     out: dict[str, Any] = {"sessions": sessions, "steps": steps, "routing": "every step on the other worker"}
     with redis_server(tier_dir) as url:
         if url is None:
             return out | {"skipped": "redis-server not installed (apt-get install -y redis-server)"}
-        for mode in ("no tier", "shared redis tier", "one worker, no switch (reference)"):
-            kw = {"max_total_tokens": 4096}
-            if mode == "shared redis tier":
+        modes = (
+            "no tier",
+            "shared redis tier",
+            "shared redis tier, synchronous writes",
+            "one worker, no switch (reference)",
+        )
+        for mode in modes:
+            kw: dict[str, Any] = {"max_total_tokens": 4096}
+            if mode.startswith("shared"):
+                _flush_redis(url)
                 kw |= {
                     "enable_hierarchical_cache": True,
                     "hicache_storage_backend": "redis",
                     "hicache_storage_url": url,
+                    "hicache_write_queue_mb": 0 if "synchronous" in mode else 128,
                 }
             workers = [engine.sibling(**kw), engine.sibling(**kw)]
             prompt = cached = 0
