@@ -95,3 +95,16 @@ def test_config_validates():
         TierConfig(backend="mooncake")
     with pytest.raises(ValueError, match="hicache_write_policy"):
         TierConfig(write_policy="sometimes")
+
+
+def test_prefetch_starts_early_by_the_measured_load_time(tmp_path):
+    from runtime.cache.tier.hooks import TierHooks
+
+    hooks = TierHooks(_tier(tmp_path, _pool()))
+    hooks.remember("s", "", list(range(2000)))
+    assert hooks.schedule("s", 5.0) == 4.5  # nothing loaded yet: the fixed lead only
+    hooks.tier.counters.loaded_tokens, hooks.tier.counters.load_time_s = 1000, 0.5
+    assert hooks.load_estimate_s("s") == 1.0
+    assert hooks.schedule("s", 5.0) == 2.5  # 5 - 0.5 lead - 2 x 1.0 s estimated load
+    assert hooks.schedule("s", 1.0) == 0.0  # never in the past
+    assert hooks.schedule("unknown", 5.0) == 4.5
