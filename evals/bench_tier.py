@@ -139,7 +139,7 @@ def prefetch_section(engine: Any, tier_dir: Path, tokens: int, repeats: int, say
     the next step loads it from the store when it starts. Both engines share one tier
     directory (each loads what the other computed, so the warm-up prefills twice, not four
     times); rounds alternate on/off; medians reported."""
-    wait_s = 3.0
+    wait_s = 6.0  # the other request (a ~2k load, ~1-4 s here) ends well before the prefetch is due
     ids, other = _prompt(engine, tokens), _other_prompt(engine, tokens)
     result = engine.tokenize("\nTool result: 42 rows matched; the first is 'alpha'.\n")
     engines = {

@@ -108,3 +108,30 @@ def test_prefetch_starts_early_by_the_measured_load_time(tmp_path):
     assert hooks.schedule("s", 5.0) == 2.5  # 5 - 0.5 lead - 2 x 1.0 s estimated load
     assert hooks.schedule("s", 1.0) == 0.0  # never in the past
     assert hooks.schedule("unknown", 5.0) == 4.5
+
+
+def test_prefetch_without_room_is_retried_until_the_expected_return(tmp_path, monkeypatch):
+    import time
+    from types import SimpleNamespace
+
+    from runtime.cache.tier import hooks as hooks_mod
+    from runtime.cache.tier.hooks import TierHooks
+
+    hooks = TierHooks(_tier(tmp_path, _pool()))
+    calls = []
+    monkeypatch.setattr(hooks, "extend", lambda *a, **k: calls.append(a) or 64)
+    monkeypatch.setattr(hooks_mod, "PREFETCH_RETRY_S", 0.01)
+    cache = SimpleNamespace(cached_length=lambda ids, ns: 0, evictable_size=0)
+    pool = SimpleNamespace(available=0)  # a running request holds every slot
+    hooks.remember("s", "", list(range(64)))
+    hooks.schedule("s", 0.6)  # due now (0.6 - 0.5 lead ~ 0.1 s), retried until 0.6 s
+    time.sleep(0.15)
+    assert hooks.run_due(cache, pool, alloc=None) == 0 and not calls
+    assert hooks.tier.counters.prefetch_retries == 1 and hooks.next_due_in() is not None
+    pool.available = 64  # the request finished
+    time.sleep(0.02)
+    assert hooks.run_due(cache, pool, alloc=None) == 64 and len(calls) == 1
+    assert hooks.next_due_in() is None
+    hooks.schedule("s", 0.0)  # resume with no room: one try, no retry past the return
+    assert hooks.run_due(cache, SimpleNamespace(available=0), alloc=None) == 0
+    assert hooks.next_due_in() is None

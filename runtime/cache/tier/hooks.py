@@ -36,6 +36,9 @@ from runtime.errors import PoolExhausted
 
 #: sessions whose latest context is remembered for prefetch (least recently active dropped)
 MAX_REMEMBERED = 4096
+#: a prefetch that finds no room (running requests hold the pool) tries again this much later,
+#: until its session's expected return
+PREFETCH_RETRY_S = 0.1
 
 
 def model_fingerprint(model: Any, name: str, kv_format: str) -> Fingerprint:
@@ -90,7 +93,7 @@ class TierHooks:
         self.model_name = model_name
         self.demote_filter = demote_filter
         self._contexts: OrderedDict[str, tuple[str, list[int]]] = OrderedDict()
-        self._due: dict[str, float] = {}
+        self._due: dict[str, tuple[float, float]] = {}  # session -> (due, retry until)
         self._due_lock = threading.Lock()  # schedule() comes from API threads
 
     @property
@@ -161,8 +164,9 @@ class TierHooks:
         if not self.tier.config.prefetch:
             return -1.0
         delay = max(0.0, delay_s - self.tier.config.prefetch_lead_s - 2.0 * self.load_estimate_s(session))
+        now = time.monotonic()
         with self._due_lock:
-            self._due[session] = time.monotonic() + delay
+            self._due[session] = (now + delay, now + max(delay, delay_s))
         return delay
 
     def load_estimate_s(self, session: str) -> float:
@@ -180,21 +184,33 @@ class TierHooks:
 
     def next_due_in(self) -> float | None:
         with self._due_lock:
-            return None if not self._due else max(0.0, min(self._due.values()) - time.monotonic())
+            if not self._due:
+                return None
+            return max(0.0, min(t for t, _ in self._due.values()) - time.monotonic())
 
     def run_due(self, cache: Any, pool: Any, alloc: Callable[[int], list[int]]) -> int:
-        """Prefetch every session whose time has come; returns tokens loaded."""
+        """Prefetch every session whose time has come; returns tokens loaded. A prefetch that
+        cannot get the slots (the pool is held by running requests, nothing evictable) is
+        retried every PREFETCH_RETRY_S until the session's expected return, without reading
+        the store meanwhile: measured, a single try fired while another tenant's request held
+        the pool and was lost, so the step after the tool loaded its context anyway."""
         now = time.monotonic()
         with self._due_lock:
-            due = [s for s, t in self._due.items() if t <= now]
-            for s in due:
+            due = [(s, until) for s, (t, until) in self._due.items() if t <= now]
+            for s, _ in due:
                 del self._due[s]
         loaded = 0
-        for session in due:
+        for session, until in due:
             ctx = self._contexts.get(session)
             if ctx is None:
                 continue
             namespace, tokens = ctx
+            if not self._room_for(cache, pool, tokens, namespace):
+                self.tier.counters.prefetch_retries += 1
+                if now + PREFETCH_RETRY_S <= until:
+                    with self._due_lock:
+                        self._due.setdefault(session, (now + PREFETCH_RETRY_S, until))
+                continue
             n = self.extend(cache, pool, tokens, namespace, alloc, session_id=session)
             self.tier.counters.prefetches += 1
             self.tier.counters.prefetched_tokens += n
@@ -202,6 +218,12 @@ class TierHooks:
         if loaded:
             log.debug("prefetched %d tokens for %d sessions", loaded, len(due))
         return loaded
+
+    def _room_for(self, cache: Any, pool: Any, tokens: Sequence[int], namespace: str) -> bool:
+        """Whether the pages beyond the resident prefix could get slots now (free + evictable)."""
+        page = self.tier.config.page_tokens
+        need = len(tokens) // page * page - cache.cached_length(tokens, namespace)
+        return need <= 0 or pool.available + cache.evictable_size >= need
 
     def close(self) -> None:
         self.tier.close()

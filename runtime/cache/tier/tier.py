@@ -86,6 +86,7 @@ class TierCounters:
     corrupt_pages: int = 0
     prefetches: int = 0
     prefetched_tokens: int = 0
+    prefetch_retries: int = 0  # prefetches put off: no room in the pool at their due time
 
 
 @dataclass(slots=True)
