@@ -61,6 +61,10 @@ class EngineConfig:
     hicache_page_tokens: int = 64
     #: load a waiting session's prefix back before its tool is expected to return
     hicache_prefetch: bool = True
+    #: MiB of page snapshots queued for the background writer (ours): evictions copy pages out
+    #: of the pool and a writer thread stores them; a full queue drops further pages (counted).
+    #: 0 writes on the engine thread (the evicting request waits for the store)
+    hicache_write_queue_mb: float = 128.0
 
     def __post_init__(self) -> None:
         problems = []
@@ -109,6 +113,8 @@ def hicache_problems(cfg: EngineConfig) -> list[str]:
         problems.append(f"hicache_write_policy must be one of {WRITE_POLICIES}")
     if cfg.hicache_page_tokens < 1:
         problems.append("hicache_page_tokens must be >= 1")
+    if not cfg.hicache_write_queue_mb >= 0:
+        problems.append("hicache_write_queue_mb must be >= 0")
     if cfg.disable_radix_cache:
         problems.append("enable_hierarchical_cache needs the radix cache (drop disable_radix_cache)")
     return problems

@@ -20,6 +20,7 @@ FLAT_STATS = (
     "write_time_s",
     "corrupt_pages",
     "prefetched_tokens",
+    "dropped_pages",
 )
 
 
@@ -44,4 +45,6 @@ def tier_stats(tier: TierHooks | None) -> dict[str, Any]:
     if tier is None:
         return {}
     t = tier.tier.stats()
-    return {**{f"tier_{k}": t[k] for k in FLAT_STATS}, "tier": t}
+    flat = {f"tier_{k}": t[k] for k in FLAT_STATS}
+    flat["tier_write_queue_bytes"] = t.get("write_queue_bytes", 0)  # 0: writes are synchronous
+    return {**flat, "tier": t}

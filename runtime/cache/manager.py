@@ -280,7 +280,7 @@ class RadixCacheManager:
 
     def prefetch_due(self) -> int:
         """Load the contexts of sessions whose tool is about to return; returns tokens loaded."""
-        return 0 if self.tier is None else self.tier.run_due(self.tree, self.adopt)
+        return 0 if self.tier is None else self.tier.run_due(self.tree, self.adopt, self.room)
 
     def evict(self, num_tokens: int) -> int:
         """Free at least `num_tokens` slots from unlocked leaves, lowest priority first."""

@@ -205,6 +205,12 @@ def _tier_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--hicache-storage-url", default="redis://127.0.0.1:6379/0", help="the redis backend")
     g.add_argument("--hicache-page-tokens", type=int, default=64, help="tokens per stored page")
     g.add_argument("--disable-hicache-prefetch", action="store_true", help="no session-aware prefetch")
+    g.add_argument(
+        "--hicache-write-queue-mb",
+        type=float,
+        default=128.0,
+        help="MiB of evicted pages queued for the background writer (0: write on the engine thread)",
+    )
 
 
 def _tool_formats() -> list[str]:
@@ -245,6 +251,7 @@ def engine_config(ns: argparse.Namespace) -> dict[str, Any]:
             "hicache_storage_url": ns.hicache_storage_url,
             "hicache_page_tokens": ns.hicache_page_tokens,
             "hicache_prefetch": not ns.disable_hicache_prefetch,
+            "hicache_write_queue_mb": ns.hicache_write_queue_mb,
         }
     keep_false = {"disable_radix_cache"}
     return {k: v for k, v in config.items() if v is not None or k in keep_false}

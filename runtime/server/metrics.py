@@ -36,9 +36,10 @@ _COUNTERS = (
     ("tier_bytes_read", "tier_bytes_read", "Bytes read from the KV tier's store."),
     ("tier_bytes_written", "tier_bytes_written", "Bytes written to the KV tier's store."),
     ("tier_load_time_s", "tier_load_seconds", "Seconds spent loading pages from the KV tier."),
-    ("tier_write_time_s", "tier_write_seconds", "Seconds spent writing pages to the KV tier."),
+    ("tier_write_time_s", "tier_write_seconds", "Engine-thread seconds demoting pages to the KV tier."),
     ("tier_corrupt_pages", "tier_corrupt_pages", "Stored pages rejected by verification (recomputed)."),
     ("tier_prefetched_tokens", "tier_prefetched_tokens", "Tokens prefetched for sessions waiting on tools."),
+    ("tier_dropped_pages", "tier_dropped_pages", "Evicted pages not demoted: the write queue was full."),
 )
 _GAUGES = (
     ("hit_rate", "cache_hit_rate", "cached_tokens / prompt_tokens since start."),
@@ -65,6 +66,11 @@ _GAUGES = (
         "kv_bytes_per_token",
         "kv_bytes_per_token",
         "KV pool bytes per cached token (follows --kv-cache-dtype).",
+    ),
+    (
+        "tier_write_queue_bytes",
+        "tier_write_queue_bytes",
+        "Bytes of evicted pages queued for the KV tier's background writer (outside the pool).",
     ),
     ("match_time_mean_s", "match_time_seconds", "Mean radix-tree prefix match time."),
     ("queue_depth", "queue_depth", "Requests waiting in the engine queue."),

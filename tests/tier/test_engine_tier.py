@@ -31,9 +31,12 @@ def tiered(engine, tmp_path, **kw):
     return engine.sibling(**(cfg | kw))
 
 
-def evict_all(eng) -> None:
+def evict_all(eng, flush: bool = True) -> None:
+    """Evict everything; with `flush`, wait for the background writer to store the pages."""
     with eng.scheduler.lock:
         eng.cache.evict(eng.cache.evictable_size)
+    if flush and eng.tier is not None:
+        assert eng.tier.tier.flush(60), "tier writer did not drain"
 
 
 def stored_len(prompt) -> int:
@@ -64,6 +67,37 @@ def test_reload_serves_stored_pages_with_identical_output(engine, tmp_path, prom
         assert stats["tier_loaded_tokens"] == stored_len(prompt) and stats["tier_hits"] == 1
         assert stats["tier_bytes_read"] > stored_len(prompt) * eng.kv_bytes_per_token
         eng.check_integrity()
+    finally:
+        eng.shutdown()
+
+
+def test_reload_right_after_eviction_races_no_write(engine, tmp_path, prompt, cold):
+    """The writer may still hold the pages: the next request is served from its queue or the
+    store, never from a half-written entry; shutdown writes whatever is left."""
+    eng = tiered(engine, tmp_path)
+    try:
+        eng.generate(input_ids=prompt, sampling_params=GREEDY)
+        evict_all(eng, flush=False)
+        again = eng.generate(input_ids=prompt, sampling_params=GREEDY)
+        assert again["meta_info"]["cached_tokens_details"]["storage"] == stored_len(prompt)
+        assert again["output_ids"] == cold
+        evict_all(eng, flush=False)  # already stored or queued: nothing is written twice
+        writer = eng.get_cache_stats()["tier"]["writer"]
+        assert writer["queued_pages"] == stored_len(prompt) // PAGE and writer["dropped_pages"] == 0
+    finally:
+        eng.shutdown()
+    assert len(list(tmp_path.rglob("*.kv"))) == stored_len(prompt) // PAGE  # flushed at shutdown
+
+
+def test_synchronous_writes_still_work(engine, tmp_path, prompt, cold):
+    eng = tiered(engine, tmp_path, hicache_write_queue_mb=0)
+    try:
+        eng.generate(input_ids=prompt, sampling_params=GREEDY)
+        evict_all(eng, flush=False)
+        # written before evict returned
+        assert len(list(tmp_path.rglob("*.kv"))) == stored_len(prompt) // PAGE
+        assert "writer" not in eng.get_cache_stats()["tier"]
+        assert eng.generate(input_ids=prompt, sampling_params=GREEDY)["output_ids"] == cold
     finally:
         eng.shutdown()
 

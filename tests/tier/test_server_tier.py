@@ -58,5 +58,6 @@ def test_generate_reports_storage_tokens_and_metrics(engine, tmp_path):
             assert hit["output_ids"] == first["output_ids"]
             metrics = httpx.get(f"{live.url}/metrics", timeout=30).text
             assert f"radixagent:tier_loaded_tokens_total {float(stored_len(prompt))}" in metrics
+            assert "radixagent:tier_write_queue_bytes 0.0" in metrics  # drained by evict_all
     finally:
         eng.shutdown()

@@ -49,6 +49,7 @@ def test_fetch_stops_at_first_missing_or_corrupt_page(tmp_path):
     tier = _tier(tmp_path, pool)
     tokens, slots = list(range(64)), list(range(64))
     tier.demote("", tokens, slots, start=0)
+    assert tier.flush(10)
     keys = tier.keys("", tokens)
     path = tier.store._path(keys[2])
     path.write_bytes(path.read_bytes()[:-10])  # truncated third page
@@ -83,6 +84,7 @@ def test_format_mismatch_is_rejected(tmp_path):
     tier = _tier(tmp_path, _pool("float32"))
     tokens = list(range(16))
     tier.demote("", tokens, list(range(16)), start=0)
+    assert tier.flush(10)
     other = KVTier(tier.store, TierConfig(page_tokens=16), _pool("bfloat16"), FP)
     assert other.fetch("", tokens, have=0) is None
     assert other.counters.corrupt_pages == 1
@@ -93,3 +95,43 @@ def test_config_validates():
         TierConfig(backend="mooncake")
     with pytest.raises(ValueError, match="hicache_write_policy"):
         TierConfig(write_policy="sometimes")
+
+
+def test_prefetch_starts_early_by_the_measured_load_time(tmp_path):
+    from runtime.cache.tier.hooks import TierHooks
+
+    hooks = TierHooks(_tier(tmp_path, _pool()))
+    hooks.remember("s", "", list(range(2000)))
+    assert hooks.schedule("s", 5.0) == 4.5  # nothing loaded yet: the fixed lead only
+    hooks.tier.counters.loaded_tokens, hooks.tier.counters.load_time_s = 1000, 0.5
+    assert hooks.load_estimate_s("s") == 1.0
+    assert hooks.schedule("s", 5.0) == 2.5  # 5 - 0.5 lead - 2 x 1.0 s estimated load
+    assert hooks.schedule("s", 1.0) == 0.0  # never in the past
+    assert hooks.schedule("unknown", 5.0) == 4.5
+
+
+def test_prefetch_without_room_is_retried_until_the_expected_return(tmp_path, monkeypatch):
+    import time
+    from types import SimpleNamespace
+
+    from runtime.cache.tier import hooks as hooks_mod
+    from runtime.cache.tier.hooks import TierHooks
+
+    hooks = TierHooks(_tier(tmp_path, _pool()))
+    calls = []
+    monkeypatch.setattr(hooks, "extend", lambda *a, **k: calls.append(a) or 64)
+    monkeypatch.setattr(hooks_mod, "PREFETCH_RETRY_S", 0.01)
+    cache = SimpleNamespace(cached_length=lambda ids, ns: 0)
+    pool = SimpleNamespace(available=0)  # a running request holds every slot (the manager's room())
+    hooks.remember("s", "", list(range(64)))
+    hooks.schedule("s", 0.6)  # due now (0.6 - 0.5 lead ~ 0.1 s), retried until 0.6 s
+    time.sleep(0.15)
+    assert hooks.run_due(cache, None, lambda: pool.available) == 0 and not calls
+    assert hooks.tier.counters.prefetch_retries == 1 and hooks.next_due_in() is not None
+    pool.available = 64  # the request finished
+    time.sleep(0.02)
+    assert hooks.run_due(cache, None, lambda: pool.available) == 64 and len(calls) == 1
+    assert hooks.next_due_in() is None
+    hooks.schedule("s", 0.0)  # resume with no room: one try, no retry past the return
+    assert hooks.run_due(cache, None, lambda: 0) == 0
+    assert hooks.next_due_in() is None

@@ -37,7 +37,8 @@ def encode(key: str, fmt: str, planes: Sequence[torch.Tensor]) -> bytes:
         "crc32": crc,
     }
     head = json.dumps(header, separators=(",", ":")).encode()
-    return b"".join([MAGIC, _LEN.pack(len(head)), head, *(r.tobytes() for r in raw)])
+    # join takes the arrays' buffers as they are: one copy of the planes, not two
+    return b"".join([MAGIC, _LEN.pack(len(head)), head, *(r.data for r in raw)])
 
 
 def decode(key: str, fmt: str, blob: bytes | bytearray | memoryview) -> list[torch.Tensor]:

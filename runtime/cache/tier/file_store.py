@@ -8,6 +8,10 @@ index (key -> size, least recently used first) is rebuilt from the directory, ol
 
 Failures (directory unwritable, disk full, a file vanished) never reach the caller: `put`
 returns False, `get` None, and each kind is logged once.
+
+Thread-safe: the background writer puts while the engine thread gets and checks presence. A
+lock guards the index and byte count only; file I/O runs outside it, and a page that another
+thread removes between the index and the read is a miss like any other.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import contextlib
 import errno
 import itertools
 import os
+import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
@@ -37,6 +42,7 @@ class FileStore(KVStore):
         self._index: OrderedDict[str, int] = OrderedDict()
         self._bytes = 0
         self._tmp_ids = itertools.count()
+        self._lock = threading.Lock()
         self._scan()
 
     # ---- start-up -------------------------------------------------------------------------
@@ -74,25 +80,29 @@ class FileStore(KVStore):
                 buf = bytearray(size)
                 got = f.readinto(buf)
         except FileNotFoundError:
-            self._forget(key)
+            with self._lock:
+                self._forget(key)
             self.counters.get_misses += 1
             return None
         except OSError as exc:
             self.counters.get_failures += 1
             self.warn(f"get:{exc.errno}", "tier read of %s failed: %s", path, exc)
             return None
-        if key in self._index:
-            self._index.move_to_end(key)
+        with self._lock:
+            if key in self._index:
+                self._index.move_to_end(key)
         self.counters.get_bytes += got or 0
         return buf if got == size else buf[: got or 0]
 
     def put(self, key: str, blob: bytes) -> bool:
         if len(blob) > self.capacity_bytes:
             return False
-        self._forget(key)
-        self._shrink(len(blob))
+        with self._lock:
+            self._forget(key)
+            self._shrink(len(blob))
+            tmp_id = next(self._tmp_ids)
         path = self._path(key)
-        tmp = path.with_name(f".{key}.{os.getpid()}.{next(self._tmp_ids)}{TMP}")
+        tmp = path.with_name(f".{key}.{os.getpid()}.{tmp_id}{TMP}")
         try:
             path.parent.mkdir(exist_ok=True)
             with open(tmp, "wb", buffering=0) as f:
@@ -107,8 +117,10 @@ class FileStore(KVStore):
             reason = "disk full" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else "cannot write"
             self.warn(f"put:{exc.errno}", "tier directory %s: %s (%s)", self.root, reason, exc)
             return False
-        self._index[key] = len(blob)
-        self._bytes += len(blob)
+        with self._lock:
+            self._forget(key)  # adopted by `contains` meanwhile (another process's write)
+            self._index[key] = len(blob)
+            self._bytes += len(blob)
         self.counters.puts += 1
         self.counters.put_bytes += len(blob)
         return True
@@ -117,27 +129,32 @@ class FileStore(KVStore):
         """The index answers; a key another process wrote into the same directory is adopted."""
         out = []
         for key in keys:
-            present = key in self._index
+            with self._lock:
+                present = key in self._index
             if not present:
                 try:
                     size = self._path(key).stat().st_size
                 except OSError:
                     size = -1
                 if size >= 0:
-                    self._index[key] = size
-                    self._bytes += size
+                    with self._lock:
+                        self._forget(key)
+                        self._index[key] = size
+                        self._bytes += size
                     present = True
             out.append(present)
         return out
 
     def delete(self, key: str) -> None:
-        self._forget(key)
+        with self._lock:
+            self._forget(key)
         self.counters.deletes += 1
         with contextlib.suppress(OSError):
             self._path(key).unlink(missing_ok=True)
 
     # ---- bookkeeping ----------------------------------------------------------------------
     def _forget(self, key: str) -> None:
+        """Under the lock (as `_shrink`)."""
         size = self._index.pop(key, None)
         if size is not None:
             self._bytes -= size
@@ -153,4 +170,5 @@ class FileStore(KVStore):
                 self._path(key).unlink(missing_ok=True)
 
     def footprint(self) -> dict[str, int]:
-        return {"entries": len(self._index), "bytes": self._bytes}
+        with self._lock:
+            return {"entries": len(self._index), "bytes": self._bytes}

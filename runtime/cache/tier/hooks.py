@@ -41,6 +41,9 @@ Adopt = Callable[[Sequence[int], int, int, str, int, str | None, Callable[[list[
 
 #: sessions whose latest context is remembered for prefetch (least recently active dropped)
 MAX_REMEMBERED = 4096
+#: a prefetch that finds no room (running requests hold the pool) tries again this much later,
+#: until its session's expected return
+PREFETCH_RETRY_S = 0.1
 
 
 def model_fingerprint(model: Any, name: str, kv_format: str) -> Fingerprint:
@@ -95,7 +98,7 @@ class TierHooks:
         self.model_name = model_name
         self.demote_filter = demote_filter
         self._contexts: OrderedDict[str, tuple[str, list[int]]] = OrderedDict()
-        self._due: dict[str, float] = {}
+        self._due: dict[str, tuple[float, float]] = {}  # session -> (due, retry until)
         self._due_lock = threading.Lock()  # schedule() comes from API threads
 
     @property
@@ -150,13 +153,26 @@ class TierHooks:
             self._contexts.popitem(last=False)
 
     def schedule(self, session: str, delay_s: float) -> float:
-        """Ask for a prefetch `delay_s` from now; returns the delay actually used."""
+        """Ask for a prefetch `delay_s` from now; returns the delay actually used. It starts
+        `prefetch_lead_s` plus twice the estimated load time early: a fixed lead alone (0.5 s)
+        was shorter than loading a 2k-token context on a busy CPU (0.6-1.4 s measured), so the
+        prefetch was still running when the tool returned and the next step waited for it."""
         if not self.tier.config.prefetch:
             return -1.0
-        delay = max(0.0, delay_s - self.tier.config.prefetch_lead_s)
+        delay = max(0.0, delay_s - self.tier.config.prefetch_lead_s - 2.0 * self.load_estimate_s(session))
+        now = time.monotonic()
         with self._due_lock:
-            self._due[session] = time.monotonic() + delay
+            self._due[session] = (now + delay, now + max(delay, delay_s))
         return delay
+
+    def load_estimate_s(self, session: str) -> float:
+        """Seconds to load the session's remembered context at the load rate seen so far (0
+        before any load)."""
+        ctx = self._contexts.get(session)
+        c = self.tier.counters
+        if ctx is None or c.loaded_tokens == 0:
+            return 0.0
+        return len(ctx[1]) * c.load_time_s / c.loaded_tokens
 
     def cancel(self, session: str) -> None:
         with self._due_lock:
@@ -164,21 +180,34 @@ class TierHooks:
 
     def next_due_in(self) -> float | None:
         with self._due_lock:
-            return None if not self._due else max(0.0, min(self._due.values()) - time.monotonic())
+            if not self._due:
+                return None
+            return max(0.0, min(t for t, _ in self._due.values()) - time.monotonic())
 
-    def run_due(self, cache: Any, adopt: Adopt) -> int:
-        """Prefetch every session whose time has come; returns tokens loaded."""
+    def run_due(self, cache: Any, adopt: Adopt, room: Callable[[], int]) -> int:
+        """Prefetch every session whose time has come; returns tokens loaded. A prefetch that
+        cannot get the slots (the pool is held by running requests, nothing evictable) is
+        retried every PREFETCH_RETRY_S until the session's expected return, without reading
+        the store meanwhile: measured, a single try fired while another tenant's request held
+        the pool and was lost, so the step after the tool loaded its context anyway. `adopt` and
+        `room` are the cache manager's (it owns the slots)."""
         now = time.monotonic()
         with self._due_lock:
-            due = [s for s, t in self._due.items() if t <= now]
-            for s in due:
+            due = [(s, until) for s, (t, until) in self._due.items() if t <= now]
+            for s, _ in due:
                 del self._due[s]
         loaded = 0
-        for session in due:
+        for session, until in due:
             ctx = self._contexts.get(session)
             if ctx is None:
                 continue
             namespace, tokens = ctx
+            if not self._room_for(cache, room, tokens, namespace):
+                self.tier.counters.prefetch_retries += 1
+                if now + PREFETCH_RETRY_S <= until:
+                    with self._due_lock:
+                        self._due.setdefault(session, (now + PREFETCH_RETRY_S, until))
+                continue
             n = self.extend(cache, tokens, namespace, adopt, session_id=session)
             self.tier.counters.prefetches += 1
             self.tier.counters.prefetched_tokens += n
@@ -187,8 +216,14 @@ class TierHooks:
             log.debug("prefetched %d tokens for %d sessions", loaded, len(due))
         return loaded
 
+    def _room_for(self, cache: Any, room: Callable[[], int], tokens: Sequence[int], namespace: str) -> bool:
+        """Whether the pages beyond the resident prefix could get slots now (free + evictable)."""
+        page = self.tier.config.page_tokens
+        need = len(tokens) // page * page - cache.cached_length(tokens, namespace)
+        return need <= 0 or room() >= need
+
     def close(self) -> None:
-        self.tier.store.close()
+        self.tier.close()
 
 
 def _path(node: Any) -> tuple[list[int], list[int]]:
@@ -225,6 +260,7 @@ def build_hooks(config: Any, pool: Any, model: Any, name: str, policy: Any) -> T
         page_tokens=config.hicache_page_tokens,
         write_policy=config.hicache_write_policy or default_write_policy(config.hicache_storage_backend),
         prefetch=config.hicache_prefetch,
+        write_queue_bytes=int(config.hicache_write_queue_mb * 2**20),
     )
     tier = KVTier(make_store(config), tier_config, pool, model_fingerprint(model, name, pool.fmt.name))
     demote_filter = None

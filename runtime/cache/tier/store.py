@@ -57,8 +57,9 @@ class WarnOnce:
 
 
 class KVStore(ABC):
-    """What `KVTier` needs from a backend. Implementations must be safe to call from the
-    engine's worker thread; none is called concurrently by the engine itself."""
+    """What `KVTier` needs from a backend. The background writer (writer.py) calls `put` on its
+    own thread while the engine's worker thread calls the others: implementations must allow
+    that (FileStore locks its index; the redis client's connection pool is thread-safe)."""
 
     name: str = "?"
 
