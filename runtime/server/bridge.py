@@ -10,20 +10,31 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.to_thread
 
 from runtime.errors import Overloaded
-from runtime.generation import GenerationRequest, is_batch
+from runtime.generation import GenerationRequest
 from runtime.server.errors import classify, error_body
 
 if TYPE_CHECKING:
     from runtime.engine import Engine
 
 Chunk = dict[str, Any]
+
+
+def _checked(requests: Sequence[GenerationRequest]) -> list[GenerationRequest]:
+    """The bridge runs request objects only: a route hands over what it built, never the
+    keyword arguments it was built from (the requests are built and checked once, by the route)."""
+    batch = list(requests) if isinstance(requests, (list, tuple)) else []
+    if not batch or not all(isinstance(r, GenerationRequest) for r in batch):
+        raise TypeError(
+            f"EngineBridge runs a non-empty list of GenerationRequest objects, not {requests!r:.80}"
+        )
+    return batch
 
 
 def _step(gen: Iterator[Chunk]) -> Chunk | None:
@@ -60,31 +71,28 @@ class EngineBridge:
         """A short engine call (control endpoints)."""
         return await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs), limiter=self.limiter)
 
-    async def _generation_call(self, fn: Callable[..., Any], **kwargs: Any) -> Any:
+    async def _generation_call(self, fn: Callable[..., Any], *args: Any) -> Any:
         borrower = object()
         try:
             self.generation.acquire_on_behalf_of_nowait(borrower)
         except anyio.WouldBlock:
             raise Overloaded(f"all {self.max_threads} generation threads are busy; retry later") from None
         try:
-            return await anyio.to_thread.run_sync(
-                functools.partial(fn, **kwargs), limiter=self._generation_threads
-            )
+            return await anyio.to_thread.run_sync(fn, *args, limiter=self._generation_threads)
         finally:
             self.generation.release_on_behalf_of(borrower)
 
-    async def generate(self, **kwargs: Any) -> Any:
-        """`Engine.generate`'s arguments (a prompt or a batch): the requests are built here, once,
-        and run as built. One result, or a list for a batch."""
-        requests = GenerationRequest.batch(**kwargs)
-        outs = await self._generation_call(self.engine.run, requests=requests)
-        return outs if is_batch(kwargs.get("prompt"), kwargs.get("input_ids")) else outs[0]
+    async def generate(self, requests: Sequence[GenerationRequest]) -> list[Chunk]:
+        """Run the requests a route built (`ServerState.requests`) as built, as one engine call
+        (a batch is scheduled together): one result each, in order."""
+        batch = _checked(requests)
+        return await self._generation_call(self.engine.run, batch)
 
-    async def open_stream(self, **kwargs: Any) -> AsyncIterator[Chunk]:
+    async def open_stream(self, request: GenerationRequest) -> AsyncIterator[Chunk]:
         """Start a stream and wait for its first chunk, so that a bad request fails before any
         response byte is sent (a proper 4xx instead of an error inside a 200 stream)."""
-        (request,) = GenerationRequest.batch(**kwargs)
-        return await self._generation_call(self._open, request=request)
+        (request,) = _checked([request])
+        return await self._generation_call(self._open, request)
 
     def _open(self, request: GenerationRequest) -> AsyncIterator[Chunk]:
         gen = self.engine.stream(request)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, cast
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 
+from runtime.generation import GenerationRequest
 from runtime.server import loads as loads_api
 from runtime.server.bridge import SSE_DONE, close_stream, sse, sse_error
 from runtime.server.control import abort_on_disconnect, internal_states, normalize_rid
@@ -43,13 +44,15 @@ def native_router(state: ServerState) -> APIRouter:
     @r.post("/generate")
     @r.put("/generate")
     async def generate(req: GenerateRequest, request: Request) -> Response:
-        kwargs = _generate_kwargs(state, req)
+        requests = _generate_requests(state, req)
         if req.stream:
             if req.is_batch:
                 raise ApiError(400, "stream: streaming a batch is not supported; send one request per prompt")
-            chunks = await state.bridge.open_stream(**kwargs)
+            chunks = await state.bridge.open_stream(requests[0])
             return StreamingResponse(_native_events(state, chunks), media_type="text/event-stream")
-        out = await abort_on_disconnect(state, request, kwargs["rid"], state.bridge.generate(**kwargs))
+        rids = [r.rid for r in requests if r.rid is not None]
+        outs = await abort_on_disconnect(state, request, rids, state.bridge.generate(requests))
+        out = outs if req.is_batch else outs[0]
         state.observe("generate", out)
         return JSONResponse(out)
 
@@ -59,9 +62,10 @@ def native_router(state: ServerState) -> APIRouter:
 
     @r.get("/health_generate")
     async def health_generate() -> Response:
-        await state.bridge.generate(
-            input_ids=[0], sampling_params={"max_new_tokens": 1, "temperature": 0.0}, prefix_cache=False
+        probe = GenerationRequest(
+            input_ids=(0,), sampling_params={"max_new_tokens": 1, "temperature": 0.0}, prefix_cache=False
         )
+        await state.bridge.generate([probe])
         return Response(status_code=200)
 
     @r.get("/get_model_info")
@@ -164,14 +168,15 @@ def native_router(state: ServerState) -> APIRouter:
     return r
 
 
-def _generate_kwargs(state: ServerState, req: GenerateRequest) -> dict[str, Any]:
+def _generate_requests(state: ServerState, req: GenerateRequest) -> list[GenerationRequest]:
+    """One engine request per prompt of the body, named by SGLang's rid rule."""
     try:
         sampling = req.sampling_dicts()
     except ValueError as exc:
         raise ApiError(400, str(exc)) from exc
     salt = join_salt(req.cache_salt, req.extra_key)
     session_id = req.session_id or state.check_session_params(req.session_params, salt)
-    return req.logprob_kwargs() | state.engine_kwargs(
+    return state.requests(
         prompt=req.text,
         input_ids=req.input_ids if req.text is None else None,
         sampling=sampling,
@@ -180,6 +185,7 @@ def _generate_kwargs(state: ServerState, req: GenerateRequest) -> dict[str, Any]
         priority=req.priority,
         prefix_cache=req.prefix_cache,
         rid=normalize_rid(req.rid, _batch_size(req), req.is_batch),
+        logprobs=req.logprob_kwargs(),
     )
 
 

@@ -10,11 +10,13 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from runtime.generation import GenerationRequest, LogprobArgs
 from runtime.server import openai_logprobs as lp
 from runtime.server.bridge import SSE_DONE, close_stream, sse, sse_error
 from runtime.server.control import abort_on_disconnect, normalize_rid
@@ -36,16 +38,16 @@ def openai_router(state: ServerState) -> APIRouter:
         if req.suffix:
             raise ApiError(400, "suffix: not supported")
         prompt, input_ids = _split_prompt(req.prompt)
-        kwargs = _kwargs(state, req, req.max_tokens, prompt=prompt, input_ids=input_ids)
+        requests = _requests(state, req, req.max_tokens, prompt=prompt, input_ids=input_ids)
         call = _Call(state, req, "text_completion", "cmpl")
         if req.stream:
             _check_single(req, prompt if prompt is not None else input_ids)
-            streams = await _open_streams(state, kwargs, req.n)
+            streams = await _open_streams(state, requests, req.n)
             first = _echo_text(state, prompt, input_ids, 0) if req.echo else ""
             return StreamingResponse(
                 call.stream(streams, chat=False, echo=first), media_type="text/event-stream"
             )
-        outs = await abort_on_disconnect(state, request, kwargs["rid"], _generate_n(state, kwargs, req))
+        outs = await abort_on_disconnect(state, request, _rid(requests), _generate_n(state, requests, req))
         echo = (
             [_echo_text(state, prompt, input_ids, i // req.n) for i in range(len(outs))] if req.echo else None
         )
@@ -64,20 +66,24 @@ def openai_router(state: ServerState) -> APIRouter:
             text = await state.bridge.call(
                 state.engine.apply_chat_template, messages, add_generation_prompt=True, **template_kwargs
             )
-        inputs = {"prompt": text} if ids is None else {"input_ids": ids}
-        kwargs = _kwargs(state, req, req.max_new_tokens, **inputs)
+        if ids is None:
+            requests = _requests(state, req, req.max_new_tokens, prompt=text)
+        else:
+            requests = _requests(state, req, req.max_new_tokens, input_ids=ids)
         if plan is not None:
-            tools.constrain(kwargs["sampling_params"], req, plan)
+            requests = [
+                replace(r, sampling_params=tools.constrain(r.sampling_params, req, plan)) for r in requests
+            ]
         call = _Call(state, req, "chat.completion", "chatcmpl")
         if req.stream:
             _check_single(req, text)
             if plan is not None and plan.may_call:
                 tools.check_streamable(req)
-                chunks = await state.bridge.open_stream(**kwargs)
+                chunks = await state.bridge.open_stream(requests[0])
                 return StreamingResponse(tools.stream(call, chunks, plan), media_type="text/event-stream")
-            streams = await _open_streams(state, kwargs, req.n)
+            streams = await _open_streams(state, requests, req.n)
             return StreamingResponse(call.stream(streams, chat=True), media_type="text/event-stream")
-        outs = await abort_on_disconnect(state, request, kwargs["rid"], _generate_n(state, kwargs, req))
+        outs = await abort_on_disconnect(state, request, _rid(requests), _generate_n(state, requests, req))
         body = call.chat_body(outs)
         if plan is not None:
             tools.shape(body, outs, plan)
@@ -154,35 +160,62 @@ def _template_kwargs(extra: dict[str, Any] | None) -> dict[str, Any]:
     return dict(extra or {})
 
 
-def _kwargs(
-    state: ServerState, req: _OpenAIBase, max_new_tokens: int | None, **inputs: Any
-) -> dict[str, Any]:
+def _requests(
+    state: ServerState,
+    req: _OpenAIBase,
+    max_new_tokens: int | None,
+    *,
+    prompt: str | list[str] | None = None,
+    input_ids: list[int] | list[list[int]] | None = None,
+) -> list[GenerationRequest]:
+    """One engine request per prompt, each named by the call's one rid; `_choices` turns them into
+    the choices that run."""
     lp.candidates(req)  # best_of is checked before anything runs
     if req.prompt_cache_key:  # issue 19: names the trace session (runtime/server/trace_dir.py)
         TRACE_SESSION.set(req.prompt_cache_key)
-    return lp.engine_logprob_kwargs(req) | state.engine_kwargs(
-        **inputs,
+    logprobs = lp.engine_logprob_kwargs(req)
+    return state.requests(
+        prompt=prompt,
+        input_ids=input_ids,
         sampling=req.sampling_dict(max_new_tokens),
         cache_salt=req.cache_salt,
         session_id=req.session_id or state.check_session_params(req.session_params, req.cache_salt),
         priority=req.priority,
         prefix_cache=req.prefix_cache,
         rid=normalize_rid(req.rid, 1, False),
+        logprobs=logprobs,
     )
 
 
+def _rid(requests: list[GenerationRequest]) -> str:
+    """The call's rid (an abort of it stops every choice: SGLang matches rids as prefixes)."""
+    rid = requests[0].rid
+    assert rid is not None  # `_requests` names every request
+    return rid
+
+
+def _choices(requests: list[GenerationRequest], count: int) -> list[GenerationRequest]:
+    """`count` engine requests per prompt, in prompt order: choice i samples with `seed + i`. More
+    than one in all are named rid_0, rid_1, ... as SGLang names a batch (an abort of `rid` stops
+    them all)."""
+    if len(requests) * count == 1:
+        return requests
+    return [
+        replace(r, sampling_params=lp.choice_sampling(r.sampling_params, i), rid=f"{r.rid}_{p * count + i}")
+        for p, r in enumerate(requests)
+        for i in range(count)
+    ]
+
+
 async def _open_streams(
-    state: ServerState, kwargs: dict[str, Any], n: int
+    state: ServerState, requests: list[GenerationRequest], n: int
 ) -> list[AsyncIterator[dict[str, Any]]]:
     """One engine stream per choice; the first is opened (and its prompt queued) before the others,
     so they find its prefix in the tree instead of computing it again."""
     streams: list[AsyncIterator[dict[str, Any]]] = []
     try:
-        for i in range(n):
-            choice = {**kwargs, "sampling_params": lp.choice_sampling(kwargs["sampling_params"], i)}
-            if n > 1:  # rid_0, rid_1, ... as SGLang names a batch (an abort of `rid` stops them all)
-                choice["rid"] = f"{kwargs['rid']}_{i}"
-            streams.append(await state.bridge.open_stream(**choice))
+        for choice in _choices(requests, n):
+            streams.append(await state.bridge.open_stream(choice))
     except BaseException:
         for stream in streams:
             await close_stream(stream)
@@ -190,29 +223,22 @@ async def _open_streams(
     return streams
 
 
-async def _generate_n(state: ServerState, kwargs: dict[str, Any], req: _OpenAIBase) -> list[dict[str, Any]]:
+#: the logprobs best_of ranks candidates by (SGLang's output logprobs, nothing else)
+RANKING = LogprobArgs(return_logprob=True)
+
+
+async def _generate_n(
+    state: ServerState, requests: list[GenerationRequest], req: _OpenAIBase
+) -> list[dict[str, Any]]:
     """One engine call for the whole batch: each prompt repeated once per candidate (each with its
     own seed), in prompt order; with best_of, the best `n` of each prompt's candidates."""
     count, n = lp.candidates(req), req.n
-    key = "prompt" if "prompt" in kwargs else "input_ids"
-    value = kwargs[key]
-    prompts = value if isinstance(value, list) and value and isinstance(value[0], (str, list)) else [value]
-    if count > 1 or len(prompts) > 1:
-        sampling = kwargs["sampling_params"]
-        kwargs = {
-            **kwargs,
-            key: [p for p in prompts for _ in range(count)],
-            "sampling_params": [lp.choice_sampling(sampling, i) for _ in prompts for i in range(count)],
-        }
-        kwargs["rid"] = normalize_rid(
-            kwargs["rid"], len(prompts) * count, True
-        )  # rid_0, rid_1, ... as SGLang
-    if count > n and not kwargs.get("return_logprob"):
-        kwargs["return_logprob"] = True  # ranking needs them; the response shows them only if asked
-    out = await state.bridge.generate(**kwargs)
-    outs = out if isinstance(out, list) else [out]
+    choices = _choices(requests, count)
+    if count > n:  # ranking needs logprobs; the response shows them only if asked
+        choices = [c if c.logprobs.return_logprob else replace(c, logprobs=RANKING) for c in choices]
+    outs = await state.bridge.generate(choices)
     state.observe("openai", outs)
-    return [o for i in range(len(prompts)) for o in lp.best(outs[i * count : (i + 1) * count], n)]
+    return [o for i in range(len(requests)) for o in lp.best(outs[i * count : (i + 1) * count], n)]
 
 
 def _echo_text(state: ServerState, prompt: Any, input_ids: Any, index: int) -> str:

@@ -8,6 +8,7 @@ with the prompt's tokens first under `echo` (the first has logprob None, as Open
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from runtime.server.errors import ApiError
@@ -53,7 +54,7 @@ def candidates(req: _OpenAIBase) -> int:
     return best_of
 
 
-def choice_sampling(sampling: dict[str, Any], index: int) -> dict[str, Any]:
+def choice_sampling(sampling: Mapping[str, Any], index: int) -> Mapping[str, Any]:
     """Sampling params of choice `index`: with a seed, each choice has its own reproducible stream."""
     if index == 0 or sampling.get("seed") is None:
         return sampling

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from runtime.cache.namespace import Salt, split_salt
 from runtime.errors import UnknownSession
+from runtime.generation import GenerationRequest
 from runtime.server.args import ServerArgs
 from runtime.server.bridge import EngineBridge
 from runtime.server.errors import ApiError
@@ -39,22 +41,26 @@ class ServerState:
             bridge = tracing_bridge(engine, args)
         return cls(engine, args, bridge, metrics, str(name), model_path)
 
-    def engine_kwargs(
+    def requests(
         self,
         *,
         prompt: str | list[str] | None = None,
         input_ids: list[int] | list[list[int]] | None = None,
-        sampling: dict[str, Any] | list[dict[str, Any]],
+        sampling: Mapping[str, Any] | Sequence[Mapping[str, Any]],
         cache_salt: Salt,
         session_id: str | None,
         priority: int | None,
         prefix_cache: bool,
-        rid: str | list[str] | None,
-    ) -> dict[str, Any]:
-        """Keyword arguments for the bridge, which builds the `GenerationRequest`s from them once
-        (the engine checks sampling values, also before anything reaches the model).
+        rid: str | list[str],
+        logprobs: Mapping[str, Any] | None = None,
+    ) -> list[GenerationRequest]:
+        """The engine requests of one route call, one per prompt in order, built here once and run
+        as built (`EngineBridge.generate` / `open_stream`). `logprobs`: SGLang's logprob arguments
+        (each one value or one per prompt); `rid` and `sampling` likewise.
 
-        Raises `ApiError` (400) for what only the server checks.
+        Raises `ApiError` (400) for what only the server checks and `InvalidRequest` (400) for a
+        field of the wrong shape; the engine checks the values (sampling, vocabulary, length) once,
+        before anything reaches the model.
         """
         if self.args.require_cache_salt and not split_salt(cache_salt)[0]:  # extra_key is no tenant
             raise ApiError(400, "cache_salt is required by this server (--require-cache-salt)")
@@ -62,20 +68,18 @@ class ServerState:
             raise ApiError(400, "text/prompt: empty batch")
         if input_ids is not None and not input_ids:
             raise ApiError(400, "input_ids: must not be empty")
-        kwargs: dict[str, Any] = {
-            "sampling_params": sampling,
-            "cache_salt": cache_salt,
-            "prefix_cache": prefix_cache,
-            "session_id": session_id,
-            "priority": priority,
-        }
-        if prompt is not None:
-            kwargs["prompt"] = prompt
-        else:
-            kwargs["input_ids"] = input_ids
-        if rid is not None:
-            kwargs["rid"] = rid
-        return kwargs
+        per_prompt = sampling if isinstance(sampling, Mapping) else list(sampling)
+        return GenerationRequest.batch(
+            prompt=prompt,
+            input_ids=input_ids if prompt is None else None,
+            sampling_params=per_prompt,
+            cache_salt=cache_salt,
+            rid=rid,
+            prefix_cache=prefix_cache,
+            session_id=session_id,
+            priority=priority,
+            **(logprobs or {}),
+        )
 
     def check_session_params(
         self, session_params: dict[str, Any] | None, cache_salt: Salt = None

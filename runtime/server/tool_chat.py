@@ -4,7 +4,7 @@ response shaping and streaming. See tool_calls.py for the contract."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from runtime.server.bridge import SSE_DONE, close_stream, sse, sse_error
@@ -87,15 +87,19 @@ class ToolCalling:
         ids = await self.state.bridge.call(splice_ids, text, hits, engine.tokenize) if hits else None
         return text, ids
 
-    def constrain(self, sampling: dict[str, Any], req: ChatCompletionRequest, p: ToolPlan) -> None:
-        """Put the plan's grammar into `sampling` (a JSON response_format joins it under `auto`)."""
+    def constrain(
+        self, sampling: Mapping[str, Any], req: ChatCompletionRequest, p: ToolPlan
+    ) -> dict[str, Any]:
+        """`sampling` with the plan's grammar (a JSON response_format joins it under `auto`)."""
+        out = dict(sampling)
         text_schema = None
-        if p.may_call and p.choice == "auto" and "json_schema" in sampling:
-            text_schema = json.loads(sampling["json_schema"])
-        if not p.may_call and ("json_schema" in sampling or "regex" in sampling):
-            return  # the request's own constraint alone: it already decides what the text may be
-        sampling.pop("json_schema", None)
-        sampling["lark"] = p.grammar(text_schema) if p.may_call else p.grammar(None)
+        if p.may_call and p.choice == "auto" and "json_schema" in out:
+            text_schema = json.loads(out["json_schema"])
+        if not p.may_call and ("json_schema" in out or "regex" in out):
+            return out  # the request's own constraint alone: it already decides what the text may be
+        out.pop("json_schema", None)
+        out["lark"] = p.grammar(text_schema) if p.may_call else p.grammar(None)
+        return out
 
     def shape(self, body: dict[str, Any], outs: list[dict[str, Any]], p: ToolPlan) -> None:
         """Split each choice's text into content and tool_calls (in place)."""

@@ -19,17 +19,22 @@ import contextvars
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from runtime.cache.namespace import namespace_key
+from runtime.generation import GenerationRequest
 from runtime.ledger import Served, SessionLedger, StepAccounting, StepEvent
 from runtime.server.bridge import Chunk, EngineBridge
 from runtime.trace_record import StepRecord, TraceWriter
+
+if TYPE_CHECKING:
+    from runtime.engine import Engine
+    from runtime.server.args import ServerArgs
 
 log = logging.getLogger("radixagent.trace_dir")
 
@@ -60,40 +65,41 @@ class _Session:
 class TraceDir:
     """Thread-safe: requests of many clients finish at once."""
 
-    def __init__(self, config: TraceDirConfig, tokenize: Any, cache_off: bool = False) -> None:
+    def __init__(
+        self, config: TraceDirConfig, tokenize: Callable[[str], Sequence[int]], cache_off: bool = False
+    ) -> None:
         self.config, self.tokenize, self.cache_off = config, tokenize, cache_off
         config.root.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
         self._sessions: OrderedDict[tuple[str, str], _Session] = OrderedDict()
         self._writers: dict[str, TraceWriter] = {}
 
-    def observe(self, kwargs: dict[str, Any], outputs: dict[str, Any] | list[dict[str, Any]]) -> None:
-        """Account one finished engine call (a batch: each prompt in order)."""
-        session = kwargs.get("session_id") or TRACE_SESSION.get()
-        if not session:
-            return
-        outs = outputs if isinstance(outputs, list) else [outputs]
-        prompts = _per_prompt(kwargs, len(outs))
-        for prompt, out in zip(prompts, outs, strict=True):
+    def observe(self, requests: Sequence[GenerationRequest], outputs: Sequence[dict[str, Any]]) -> None:
+        """Account one finished engine call: each request with its output, in order."""
+        for request, out in zip(requests, outputs, strict=True):
+            session = request.session_id or TRACE_SESSION.get()
+            if not session:
+                continue
             try:
-                self._observe_one(str(session), kwargs, prompt, out)
+                self._observe_one(session, request, out)
             except Exception:  # the trace is a diagnosis: it never fails a request
                 log.exception("trace-dir accounting failed")
 
-    def _observe_one(self, session: str, kwargs: dict[str, Any], prompt: Any, out: dict[str, Any]) -> None:
+    def _observe_one(self, session: str, request: GenerationRequest, out: dict[str, Any]) -> None:
         meta = out.get("meta_info") or {}
         if not isinstance(meta.get("finish_reason"), dict) or meta["finish_reason"].get("type") == "abort":
             return  # an aborted or failed request served nothing worth accounting
-        ids = list(prompt) if isinstance(prompt, list) else self.tokenize(prompt)
-        salt = kwargs.get("cache_salt")
-        tenant = namespace_key(salt) or "default"
+        if request.input_ids is not None:
+            ids = list(request.input_ids)
+        else:
+            assert request.prompt is not None  # a request holds exactly one of the two
+            ids = list(self.tokenize(request.prompt))
+        tenant = namespace_key(request.cache_salt) or "default"
         served = Served(
             prompt_tokens=int(meta.get("prompt_tokens", len(ids))),
             cached_tokens=int(meta.get("cached_tokens") or 0),
             evicted_tokens=meta.get("evicted_prefix_tokens"),
-            cache_off=self.cache_off
-            or kwargs.get("prefix_cache") is False
-            or meta.get("prefix_cache") is False,
+            cache_off=self.cache_off or not request.prefix_cache or meta.get("prefix_cache") is False,
         )
         output = list(out.get("output_ids") or [])
         with self._lock:
@@ -170,34 +176,26 @@ def _str(value: Any) -> str | None:
     return None if value is None else str(value)
 
 
-def _per_prompt(kwargs: dict[str, Any], n: int) -> list[Any]:
-    """The prompt (text or ids) of each of `n` outputs, batches included."""
-    value = kwargs.get("input_ids") if kwargs.get("input_ids") is not None else kwargs.get("prompt")
-    batch = isinstance(value, list) and bool(value) and isinstance(value[0], (str, list))
-    prompts = list(value) if batch else [value]  # type: ignore[arg-type]
-    return prompts if len(prompts) == n else [prompts[0]] * n
-
-
 class TracingBridge(EngineBridge):
-    """The engine bridge, with each finished call of a named session accounted in the trace."""
+    """The engine bridge, with each finished request of a named session accounted in the trace."""
 
-    def __init__(self, engine: Any, max_threads: int, trace: TraceDir) -> None:
+    def __init__(self, engine: Engine, max_threads: int, trace: TraceDir) -> None:
         super().__init__(engine, max_threads)
         self.trace = trace
 
-    async def generate(self, **kwargs: Any) -> Any:
-        out = await super().generate(**kwargs)
-        self.trace.observe(kwargs, out)
-        return out
+    async def generate(self, requests: Sequence[GenerationRequest]) -> list[Chunk]:
+        outs = await super().generate(requests)
+        self.trace.observe(requests, outs)
+        return outs
 
-    async def open_stream(self, **kwargs: Any) -> AsyncIterator[Chunk]:
-        chunks = await super().open_stream(**kwargs)
-        if not (kwargs.get("session_id") or TRACE_SESSION.get()):
+    async def open_stream(self, request: GenerationRequest) -> AsyncIterator[Chunk]:
+        chunks = await super().open_stream(request)
+        if not (request.session_id or TRACE_SESSION.get()):
             return chunks
-        return self._traced(chunks, kwargs, TRACE_SESSION.get())
+        return self._traced(chunks, request, TRACE_SESSION.get())
 
     async def _traced(
-        self, chunks: AsyncIterator[Chunk], kwargs: dict[str, Any], session: str | None
+        self, chunks: AsyncIterator[Chunk], request: GenerationRequest, session: str | None
     ) -> AsyncIterator[Chunk]:
         last: Chunk | None = None
         try:
@@ -209,7 +207,7 @@ class TracingBridge(EngineBridge):
         if last is not None:
             token = TRACE_SESSION.set(session)  # a stream's tail may run in another context
             try:
-                self.trace.observe(kwargs, last)
+                self.trace.observe([request], [last])
             finally:
                 TRACE_SESSION.reset(token)
 
@@ -232,8 +230,9 @@ class SessionHeaderMiddleware:
             TRACE_SESSION.reset(token)
 
 
-def tracing_bridge(engine: Any, args: Any) -> TracingBridge:
-    """The bridge `ServerState.build` installs for `--trace-dir` (args: ServerArgs)."""
+def tracing_bridge(engine: Engine, args: ServerArgs) -> TracingBridge:
+    """The bridge `ServerState.build` installs for `--trace-dir`."""
+    assert args.trace_dir is not None
     cache_off = bool(getattr(getattr(engine, "config", None), "disable_radix_cache", False))
     config = TraceDirConfig(Path(args.trace_dir), max_bytes=args.trace_max_bytes)
     return TracingBridge(engine, args.max_threads, TraceDir(config, engine.tokenize, cache_off))

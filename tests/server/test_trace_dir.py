@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from runtime.generation import GenerationRequest
 from runtime.server.trace_dir import TRACE_SESSION, TraceDir, TraceDirConfig
 from runtime.trace_record import StepRecord
 
@@ -35,12 +36,13 @@ def lines(path: Path) -> list[StepRecord]:
 def test_sessions_salts_and_unnamed(tmp_path: Path) -> None:
     trace = TraceDir(TraceDirConfig(tmp_path), tokenize=lambda text: [ord(c) for c in text])
     p1 = list(range(10, 30))
-    trace.observe({"input_ids": p1, "session_id": "a"}, out(20, 0))
-    trace.observe({"input_ids": p1 + [7, 1, 2], "session_id": "a"}, out(23, 20))
-    trace.observe({"input_ids": p1, "cache_salt": "tenant"}, out(20, 0))  # unnamed: not traced
+    trace.observe([GenerationRequest(input_ids=tuple(p1), session_id="a")], [out(20, 0)])
+    trace.observe([GenerationRequest(input_ids=(*p1, 7, 1, 2), session_id="a")], [out(23, 20)])
+    unnamed = GenerationRequest(input_ids=tuple(p1), cache_salt="tenant")
+    trace.observe([unnamed], [out(20, 0)])  # not traced
     token = TRACE_SESSION.set("b")  # what the header middleware / prompt_cache_key do
     try:
-        trace.observe({"prompt": "hello", "cache_salt": "tenant"}, out(5, 0))
+        trace.observe([GenerationRequest(prompt="hello", cache_salt="tenant")], [out(5, 0)])
     finally:
         TRACE_SESSION.reset(token)
     trace.close()
@@ -57,7 +59,7 @@ def test_sessions_salts_and_unnamed(tmp_path: Path) -> None:
 def test_rotation_bounds_the_files(tmp_path: Path) -> None:
     trace = TraceDir(TraceDirConfig(tmp_path, max_bytes=4096, keep=2), tokenize=list)
     for i in range(60):
-        trace.observe({"input_ids": [i + 1] * 5, "session_id": f"s{i}"}, out(5, 0))
+        trace.observe([GenerationRequest(input_ids=(i + 1,) * 5, session_id=f"s{i}")], [out(5, 0)])
     trace.close()
     names = {p.name for p in tmp_path.iterdir()}
     # the live file (absent right after a rotation) and `keep` rotated ones, the oldest dropped
