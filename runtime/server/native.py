@@ -44,10 +44,10 @@ def native_router(state: ServerState) -> APIRouter:
     @r.post("/generate")
     @r.put("/generate")
     async def generate(req: GenerateRequest, request: Request) -> Response:
+        if req.stream and req.is_batch:  # before building: the batch's own fields are moot
+            raise ApiError(400, "stream: streaming a batch is not supported; send one request per prompt")
         requests = _generate_requests(state, req)
         if req.stream:
-            if req.is_batch:
-                raise ApiError(400, "stream: streaming a batch is not supported; send one request per prompt")
             chunks = await state.bridge.open_stream(requests[0])
             return StreamingResponse(_native_events(state, chunks), media_type="text/event-stream")
         rids = [r.rid for r in requests if r.rid is not None]
