@@ -114,31 +114,3 @@ def test_agent_action_schema_drives_tool_call_first(tokenizer):
     again = GrammarMatcher.compile(tokenizer, json_schema=action_schema([lookup], dead_end=True))
     _drive(again, tokenizer, '{"dead_end":"no data"}')
     assert again.is_finished()
-
-
-def test_argument_schemas_replace_a_tools_own_for_one_call():
-    import json
-
-    from agent import tool
-    from agent.actions import action_schema
-
-    @tool
-    def lookup(query: str) -> str:
-        """Look something up."""
-        return query
-
-    narrowed = {
-        "type": "object",
-        "properties": {"query": {"type": "string", "enum": ["tea", "cake"]}},
-        "required": ["query"],
-        "additionalProperties": False,
-    }
-    schema = json.loads(action_schema([lookup], arguments={"lookup": narrowed}))
-    call = next(b for b in schema["anyOf"] if "tool" in b["properties"])
-    assert call["properties"]["arguments"]["properties"]["query"] == {
-        "type": "string",
-        "enum": ["tea", "cake"],
-    }
-    plain = json.loads(action_schema([lookup]))
-    own = next(b for b in plain["anyOf"] if "tool" in b["properties"])
-    assert "pattern" in own["properties"]["arguments"]["properties"]["query"]  # the guarded default
