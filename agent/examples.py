@@ -91,18 +91,6 @@ PROTOCOL_EXAMPLES: tuple[Example, ...] = (
         "14.0",
         (ExampleCall("times", {"x": 4, "y": 3.5}, "14.0"),),
     ),
-    # The asked item first, then last of a longer list: the price is the one written after the
-    # item's name, wherever the item stands (with one position only, the model copied the position).
-    Example(
-        "Prices: soap 1.25 dollars, towel 8.00 dollars, brush 3.40 dollars. Use the times tool to find the price of 6 soaps.",
-        "7.5",
-        (ExampleCall("times", {"x": 6, "y": 1.25}, "7.5"),),
-    ),
-    Example(
-        "Price list: rope 2.00 dollars, glue 4.50 dollars, nails 0.80 dollars, tape 1.75 dollars. Use the times tool to find the price of 3 tapes.",
-        "5.25",
-        (ExampleCall("times", {"x": 3, "y": 1.75}, "5.25"),),
-    ),
 )
 
 
