@@ -100,8 +100,8 @@ def test_variants_are_varied_and_reproducible():
 @pytest.mark.slow
 @pytest.mark.xfail(
     strict=False,
-    reason="open (issue 21): measured 2/5 on 2026-12-02; the model multiplies by a neighbouring "
-    "item's price (mug 4th of 4 -> plate's 12.75) and once answered that price instead of the result",
+    reason="open (issue 21): measured 1/5 on 2026-12-02 with the built-in protocol examples (2/5 "
+    "with two more price-list examples, not kept): the model multiplies by another item's price",
 )
 def test_pricing_agent_is_right_on_most_price_lists(engine):
     backend = connect(engine)
