@@ -65,11 +65,6 @@ REASONING_TASK_WITH_EXAMPLE = (
     "A solved problem like this one:\nProblem: {problem}\nExpression: {expression}\n\n"
     "Now solve this problem with one expression:\n{question}"
 )
-#: the verifier's reason for a wrong answer: the next most similar worked example (never the gold)
-REASONING_REJECTED = (
-    "the answer is wrong. Another solved problem:\nProblem: {problem}\nExpression: {expression}\n"
-    "Solve the problem again with one expression"
-)
 CALCULATOR_DOC = "Evaluate one arithmetic expression and return its value."
 CALCULATOR_REPEATED = (
     "this expression gives {value}, an answer already rejected: write a different expression for the problem"

@@ -153,22 +153,14 @@ def make_verifier(question: Question, rejected: list[str] | None = None) -> Call
     """Rejects a wrong final answer (the gold is known) without revealing the right one; each
     rejected answer is appended to `rejected`."""
 
-    count = 0
-    ranked = nearest_examples(question.question)
-
     def verify(answer: str) -> tuple[bool, str]:
-        nonlocal count
         if question.answer is None:
             return True, "no gold answer to check against"
         if is_correct(answer, question.answer):
             return True, "correct"
         if rejected is not None:
             rejected.append(answer)
-        count += 1
-        # Each retry is shown the next most similar worked example (the task turn showed the
-        # first): another solution shape to copy, where a bare "try again" gets the same mistake.
-        problem, expression, _ = ranked[count % len(ranked)]
-        return False, prompts.REASONING_REJECTED.format(problem=problem, expression=expression)
+        return False, "the answer is wrong; recheck each step with the calculator"
 
     return verify
 
