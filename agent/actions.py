@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -40,6 +40,7 @@ def action_schema(
     allowed: Sequence[str] | None = None,
     answer: dict[str, Any] | None = None,
     numbers: Sequence[int | float] | None = None,
+    arguments: Mapping[str, dict[str, Any]] | None = None,
 ) -> str:
     """anyOf one object per tool ({"tool": const, "arguments": its schema}), answer, dead end.
 
@@ -49,17 +50,22 @@ def action_schema(
     (and arguments in signature order). The schema is a sampling parameter, not prompt text.
 
     `allowed`: the tool names that may be called (default all); `tools_only`: no answer branch;
-    `answer_only`: no tool branch; `answer`: the answer string's schema (default any string).
+    `answer_only`: no tool branch; `answer`: the answer string's schema (default any string);
+    `arguments`: per tool name, an arguments schema that replaces the tool's own for this call
+    (a custom policy's narrowing; it must accept a subset of what the tool accepts).
     Free-text string arguments may not repeat a tool's name or be empty (`guard_arguments`);
     with `numbers`, free numeric arguments take one of them (`ground_numbers`).
     """
     names = [t.name for t in tools]
     forbidden = forbidden_names(names)
+    narrowed = arguments or {}
     branches = [
         _object(
             {
                 "tool": {"const": t.name},
-                "arguments": ground_numbers(guard_arguments(t.parameters_schema(), forbidden), numbers or ()),
+                "arguments": ground_numbers(
+                    guard_arguments(narrowed.get(t.name) or t.parameters_schema(), forbidden), numbers or ()
+                ),
             }
         )
         for t in sorted(tools, key=lambda t: t.name)

@@ -88,6 +88,9 @@ class Run:
         self.task = task
         #: JSON schema of the answer string (None: any string); custom policies may narrow it
         self.answer_schema: dict[str, Any] | None = None
+        #: per tool name, an arguments schema replacing the tool's own (custom policies narrow
+        #: what a call may say, e.g. an expression over the task's numbers); empty: the tools' own
+        self.argument_schemas: dict[str, dict[str, Any]] = {}
         self.sampling = dict(sampling if sampling is not None else ctx.config.sampling)
         self.steps: list[Step] = []
         #: the trace: an observer of this run's step events (agent/accounting.py)
@@ -205,6 +208,7 @@ class Run:
             allowed=allowed.tools,
             answer=self.answer_schema,
             numbers=numbers,
+            arguments=self.argument_schemas,
         )
 
     def _numbers(self) -> list[int | float]:

@@ -66,6 +66,9 @@ REASONING_TASK_WITH_EXAMPLE = (
     "Now solve this problem with one expression:\n{question}"
 )
 CALCULATOR_DOC = "Evaluate one arithmetic expression and return its value."
+CALCULATOR_REPEATED = (
+    "this expression gives {value}, an answer already rejected: write a different expression for the problem"
+)
 
 CHAT_SYSTEM = "You are a helpful assistant. Answer briefly."
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent import Agent, RunResult, Step, Tool, ToolError, tool
-from agent.constraints import not_words_pattern
+from agent.constraints import context_numbers, escape, not_words_pattern
 from agent.examples import answer_json, call_json
 from runtime.backends.base import Backend
 from tasks import prompts
@@ -46,6 +46,11 @@ _UNARY: dict[type[ast.unaryop], Callable[[Any], Any]] = {ast.USub: operator.neg,
 _FUNCTIONS: dict[str, Callable[..., Any]] = {"min": min, "max": max, "abs": abs, "round": round}
 MAX_EXPONENT = 64
 MAX_EXPRESSION = 200
+#: numbers an expression may use beside the problem's own: small counts ("three", "twice") and the
+#: unit factors a word problem leaves unsaid (months, hours per day, minutes per hour, percent)
+CONSTANTS: tuple[int, ...] = (*range(11), 12, 24, 60, 100)
+_OPEN = r"(\(|min\(|max\(|abs\(|round\(|-)"  # before a number: parentheses, functions, a minus
+_OPERATOR = r"(\+|-|\*|\*\*|/|//|%|, ?)"  # between numbers (after closing parentheses)
 
 
 def evaluate(expression: str) -> int | float:
@@ -88,7 +93,36 @@ def _eval(node: ast.AST) -> Any:
     )
 
 
-def calculator_tool() -> Tool:
+def _spell(number: int | float) -> str:
+    return str(int(number)) if float(number).is_integer() else repr(float(number))
+
+
+def expression_pattern(numbers: Sequence[int | float]) -> str:
+    """Anchored regex of calculator expressions, without spaces, whose every number is one of
+    `numbers` or CONSTANTS: the grammar keeps a small model from inventing quantities ("12*24-180")
+    or writing words into the expression. Parentheses are not balanced by a regex; the evaluator
+    reports an unbalanced one as an error the model can correct."""
+    spelled = sorted({_spell(n) for n in (*numbers, *CONSTANTS) if n >= 0}, key=lambda t: (-len(t), t))
+    number = "(" + "|".join(escape(t) for t in spelled) + ")"
+    return f"^{_OPEN}*{number}(\\)*{_OPERATOR}{_OPEN}*{number})*\\)*$"
+
+
+def problem_arguments(question: str) -> dict[str, Any]:
+    """The calculator's arguments schema for one problem: an expression over its numbers."""
+    pattern = expression_pattern(context_numbers(question))
+    return {
+        "type": "object",
+        "properties": {"expression": {"type": "string", "pattern": pattern}},
+        "required": ["expression"],
+        "additionalProperties": False,
+    }
+
+
+def calculator_tool(rejected: Sequence[str] = ()) -> Tool:
+    """The calculator. `rejected`: answers the verifier refused (read at each call); an expression
+    whose value is one of them is refused with a note, so a retry computes something else instead
+    of repeating the rejected attempt (greedy decoding would)."""
+
     def calculator(expression: str) -> str:
         """Evaluate one arithmetic expression and return its value.
 
@@ -98,6 +132,8 @@ def calculator_tool() -> Tool:
         value = evaluate(expression)
         if isinstance(value, float) and not math.isfinite(value):
             raise ToolError("the result is not a finite number", "exception")
+        if str(value) in rejected:
+            raise ToolError(prompts.CALCULATOR_REPEATED.format(value=value), "validation")
         return str(value)
 
     return tool(calculator, description=prompts.CALCULATOR_DOC)
@@ -141,10 +177,15 @@ def examples_text() -> str:
     return prompts.REASONING_EXAMPLES_SECTION.format(examples=body)
 
 
+def nearest_examples(question: str) -> list[tuple[str, str, str]]:
+    """The worked examples, most content words shared with `question` first (file order on ties)."""
+    asked = set(search_terms(question))
+    return sorted(prompts.REASONING_EXAMPLES, key=lambda ex: -len(asked & set(search_terms(ex[0]))))
+
+
 def nearest_example(question: str) -> tuple[str, str, str]:
     """The worked example that shares the most content words with `question` (first on ties)."""
-    asked = set(search_terms(question))
-    return max(prompts.REASONING_EXAMPLES, key=lambda ex: len(asked & set(search_terms(ex[0]))))
+    return nearest_examples(question)[0]
 
 
 def task_text(question: str) -> str:
@@ -152,6 +193,17 @@ def task_text(question: str) -> str:
     return prompts.REASONING_TASK_WITH_EXAMPLE.format(
         problem=problem, expression=expression, question=question
     )
+
+
+def results_answer_schema(run: Any, rejected: Sequence[str]) -> dict[str, Any] | None:
+    """The answer's schema: right after a calculator result, that result (the answer step reads the
+    tool's output instead of re-deriving it); otherwise any answer but a rejected one."""
+    if _just_computed(run):
+        live = [s for s in run.steps if not s.abandoned and s.tool is not None]
+        result = str(live[-1].tool["result"])
+        if result not in rejected:
+            return {"type": "string", "pattern": "^" + escape(result) + "$"}
+    return {"type": "string", "pattern": not_words_pattern(rejected)} if rejected else None
 
 
 def _just_computed(run: Any) -> bool:
@@ -185,7 +237,7 @@ def solve(
     agent = Agent(
         backend,
         system=prompts.REASONING_SYSTEM + examples_text(),
-        tools=[calculator_tool()],
+        tools=[calculator_tool(rejected)],
         max_steps=max_steps,
         reflect=True,
         verify=make_verifier(question, rejected),
@@ -196,13 +248,12 @@ def solve(
     )
     started = time.perf_counter()
     run = agent.start(task_text(question.question))
+    run.argument_schemas = {"calculator": problem_arguments(question.question)}
     try:
         while not run.done:
             run.tool_choice = "none" if _just_computed(run) else "auto"
-            # A rejected answer is never given again: the grammar refuses it.
-            run.answer_schema = (
-                {"type": "string", "pattern": not_words_pattern(rejected)} if rejected else None
-            )
+            # The answer after a result is that result; a rejected answer is never given again.
+            run.answer_schema = results_answer_schema(run, rejected)
             step = run.step()
             if on_step is not None:
                 on_step(question, step)

@@ -193,3 +193,31 @@ def test_the_last_allowed_call_can_only_answer():
     result = Agent(backend, system=SYSTEM, tools=[add], max_steps=3).run("What is 2 + 3?")
     assert "add" in _branches(backend.calls[1]) and _branches(backend.calls[2]) == ["answer", "dead_end"]
     assert result.status == "answered" and result.answer == "5"
+
+
+def test_argument_schemas_replace_a_tools_own_for_one_call():
+    import json
+
+    from agent import tool
+    from agent.actions import action_schema
+
+    @tool
+    def lookup(query: str) -> str:
+        """Look something up."""
+        return query
+
+    narrowed = {
+        "type": "object",
+        "properties": {"query": {"type": "string", "enum": ["tea", "cake"]}},
+        "required": ["query"],
+        "additionalProperties": False,
+    }
+    schema = json.loads(action_schema([lookup], arguments={"lookup": narrowed}))
+    call = next(b for b in schema["anyOf"] if "tool" in b["properties"])
+    assert call["properties"]["arguments"]["properties"]["query"] == {
+        "type": "string",
+        "enum": ["tea", "cake"],
+    }
+    plain = json.loads(action_schema([lookup]))
+    own = next(b for b in plain["anyOf"] if "tool" in b["properties"])
+    assert "pattern" in own["properties"]["arguments"]["properties"]["query"]  # the guarded default

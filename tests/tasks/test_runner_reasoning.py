@@ -107,3 +107,58 @@ def test_rejected_answers_are_collected_for_the_grammar():
     rejected: list[str] = []
     verify = make_verifier(Question(id="q", question="2+2?", answer=["4"]), rejected)
     assert verify("5")[0] is False and verify("4")[0] is True and rejected == ["5"]
+
+
+def test_expression_grammar_takes_the_problems_numbers_only():
+    import re
+
+    from tasks.reasoning import problem_arguments
+
+    question = (
+        "A train leaves at 09:40 and arrives at 13:15 the same day. How many minutes does the journey take?"
+    )
+    pattern = problem_arguments(question)["properties"]["expression"]["pattern"]
+    ok = ["(13*60+15)-(9*60+40)", "13*60+15-9*60-40", "min(40, 15)", "abs(-5)+2**3", "100//9"]
+    bad = ["13*60+16", "1315-940", "13:15-9:40", "thirteen*60", "13 * 60", "", "12*24-150"]
+    assert all(re.fullmatch(pattern.strip("^$"), e) for e in ok)
+    assert not any(re.fullmatch(pattern.strip("^$"), e) for e in bad)
+    for expression in ok:  # everything the grammar lets through is something the calculator reads
+        evaluate(expression)
+
+
+def test_solve_narrows_the_calculator_to_the_problems_numbers():
+    import json
+
+    outputs = ['{"tool":"calculator","arguments":{"expression":"12*24-150-18"}}', '{"answer":"120"}']
+    backend = ScriptedBackend(outputs)
+    question = Question(id="r1", question="A baker makes 12 trays of 24 cookies...", answer=["120"])
+    solve(backend, question, max_steps=4)
+    first = json.loads(backend.params[0]["json_schema"])
+    call = next(b for b in first["anyOf"] if "tool" in b["properties"])
+    pattern = call["properties"]["arguments"]["properties"]["expression"]["pattern"]
+    assert "(100|10|12|24" in pattern and "150" not in pattern  # the problem's numbers (150 not in its text)
+
+
+def test_answer_after_a_result_is_that_result_and_a_rejected_value_is_not_recomputed():
+    import json
+
+    outputs = [
+        '{"tool":"calculator","arguments":{"expression":"12*24-150"}}',
+        '{"answer":"138"}',  # rejected: the run rolls back
+        '{"tool":"calculator","arguments":{"expression":"12*24-150"}}',  # the same value again: refused
+        '{"thought":"subtract the 18 given away too"}',
+        '{"tool":"calculator","arguments":{"expression":"12*24-150-18"}}',
+        '{"answer":"120"}',
+    ]
+    backend = ScriptedBackend(outputs)
+    question = Question(id="r1", question="A baker makes 12 trays of 24 cookies...", answer=["120"])
+    res = solve(backend, question, max_steps=8)
+    assert res.correct is True
+    refused = [s.tool for s in res.result.steps if s.tool is not None and s.tool["error"]]
+    assert len(refused) == 1 and "138" in refused[0]["error"]
+    schemas = [json.loads(p["json_schema"]) for p in backend.params]
+    answer_after_138 = next(b for b in schemas[1]["anyOf"] if "answer" in b["properties"])
+    assert answer_after_138["properties"]["answer"]["pattern"] == "^138$"
+    assert [b for b in schemas[1]["anyOf"] if "tool" in b["properties"]] == []  # tool_choice none
+    final = next(b for b in schemas[5]["anyOf"] if "answer" in b["properties"])
+    assert final["properties"]["answer"]["pattern"] == "^120$"
