@@ -46,12 +46,16 @@ def test_a_blocked_prefix_is_copied_into_one_run_and_the_copies_go_back() -> Non
     assert not set(c.slots) & set(tree_slots)  # its own copy, not the tree's slots
     for plane in pool.planes:  # the copy holds the same bytes
         assert torch.equal(plane[:, :, c.slots[:6]], plane[:, :, tree_slots])
-    assert pool.free_run(4, c.slots[-1]) == c.slots[-1] + 1  # decode room after the run
+    assert c.spare == list(range(c.slots[-1] + 1, c.slots[-1] + 5))  # decode room held after the run
+    manager.extend(c, 2)  # decode takes the held slots: still one run
+    assert _is_run(c.slots) and len(c.spare) == 2
+    manager.check_integrity()
     manager.check_integrity()
     free_before = pool.available
     manager.release(c, [*range(6), 50, 51, 52], 9, insert=True)
     manager.check_integrity()
-    assert pool.available == free_before + 6  # the six copies are freed; the 3 new ones join the tree
+    # the six copies, two decode slots past the inserted ids and the two spare ones come back
+    assert pool.available == free_before + 6 + 2 + 2
     assert manager.tree.cached_length([*range(6), 50, 51, 52]) == 9
 
 
@@ -60,7 +64,7 @@ def test_a_continuable_prefix_is_not_copied() -> None:
     a = manager.start(list(range(8)), 8)
     manager.release(a, list(range(8)), 8, insert=True)
     b = manager.start([*range(8), 20, 21], 10, grow=2)  # slots 8.. are free: the prefix's run grows
-    assert b.slots == list(range(10)) and not b.dups
+    assert b.slots == list(range(10)) and not b.dups and b.spare == [10, 11]
     manager.release(b, [*range(8), 20, 21], 10, insert=False)
     manager.check_integrity()
 
