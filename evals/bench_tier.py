@@ -126,6 +126,19 @@ def _other_prompt(engine: Any, tokens: int) -> list[int]:
     return essay_documents(engine.tokenize, 2, tokens)[1] + engine.tokenize("\n\nSummarize it.")
 
 
+def _landing(
+    eng: Any, ids: list[int], began: float, until_s: float, above: int, poll_s: float
+) -> float | None:
+    """Polls until `until_s` after `began`: seconds until more than `above` tokens of `ids` were
+    resident (the prefetch landed), or None."""
+    landed = None
+    while time.monotonic() - began < until_s:
+        if landed is None and _resident(eng, ids) > above:
+            landed = time.monotonic() - began
+        time.sleep(poll_s)
+    return landed
+
+
 def _resident(eng: Any, ids: list[int]) -> int:
     with eng.scheduler.lock:
         return eng.cache.cached_length(ids)
@@ -170,11 +183,7 @@ def prefetch_section(engine: Any, tier_dir: Path, tokens: int, repeats: int, say
                 eng.session_event("s", "tool_wait", expected_s=wait_s)
                 o = eng.generate(input_ids=other, sampling_params=GREEDY, session_id="o")  # evicts s
                 after_other = _resident(eng, step)
-                landed = None
-                while time.monotonic() - began < wait_s + 0.3:  # the tool "runs"
-                    if landed is None and _resident(eng, step) > after_other:
-                        landed = time.monotonic() - began
-                    time.sleep(0.05)
+                landed = _landing(eng, step, began, wait_s + 0.3, after_other, 0.05)  # the tool "runs"
                 resident = _resident(eng, step)
                 eng.session_event("s", "resume")
                 t, r = _ttft(eng, step, session_id="s")

@@ -9,7 +9,7 @@ right away for reference. This is what showed why round 2 measured no gain (docs
 import tempfile
 import time
 
-from evals.bench_tier import GREEDY, _evict_all, _prompt, _resident, _ttft
+from evals.bench_tier import GREEDY, _evict_all, _landing, _prompt, _resident, _ttft
 from runtime import Engine
 from runtime.env import offline_hub
 
@@ -40,11 +40,7 @@ def main() -> None:
                 _evict_all(eng)
                 t0 = time.monotonic()
                 eng.session_event("s", "tool_wait", expected_s=1.0)
-                landed = None
-                while time.monotonic() - t0 < 1.2:
-                    if landed is None and _resident(eng, step) > 0:
-                        landed = time.monotonic() - t0
-                    time.sleep(0.02)
+                landed = _landing(eng, step, t0, 1.2, 0, 0.02)
                 res = _resident(eng, step)
                 eng.session_event("s", "resume")
                 t, r = _ttft(eng, step, session_id="s")
