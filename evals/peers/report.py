@@ -189,7 +189,9 @@ def render_report(r: dict[str, Any]) -> str:
         f"{m['loadavg_1m_start']:.1f} at the start, {m['loadavg_1m_end']:.1f} at the end"
         f"{_load_note(m)}. Model: {r['model']}. "
         f"All sections measured in one run of {r['duration_s']:.0f} s (`python -m evals.bench`); "
-        "raw numbers in `docs/bench-results.json`.",
+        "raw numbers in `docs/bench-results.json`. Elsewhere: the cache-manager redesign against the "
+        "previous main, side by side ([bench-core-redesign.md](bench-core-redesign.md)), the KV tier "
+        "([bench_tier.md](bench_tier.md)), hardening ([benchmarks-hardening.md](benchmarks-hardening.md)).",
         "",
         "## Ratios and targets",
         "",
