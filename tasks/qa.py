@@ -75,6 +75,12 @@ class QAReport:
     e2e_s: float = 0.0
     interrupted: bool = False
 
+    def raise_if_interrupted(self) -> None:
+        """For callers inside a larger run (the eval): Ctrl-C must stop that run too, not only
+        this QA pass, which swallows it to keep its partial answers."""
+        if self.interrupted:
+            raise KeyboardInterrupt
+
     @property
     def records(self) -> list[StepRecord]:
         head = [self.prefill] if self.prefill is not None else []
@@ -423,6 +429,7 @@ def run_longdoc_suite(backend: Backend, options: SuiteOptions) -> SuiteOutcome:
         doc = documents.load_document(data_path(doc_name))
         questions = load_questions(data_path(questions_name))[:remaining]
         report = run_qa(backend, doc, questions, concurrency=options.concurrency, progress=options.progress)
+        report.raise_if_interrupted()
         items += _items(report, ItemOutcome)
         remaining = None if remaining is None else remaining - len(questions)
     return SuiteOutcome("longdoc", items, time.perf_counter() - started)

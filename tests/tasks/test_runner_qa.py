@@ -240,3 +240,18 @@ def test_demo_prints_steps_and_summary(tmp_path: Path, engine: Any, monkeypatch:
     out = capsys.readouterr().out
     assert "prefill" in out and "cached" in out and "TTFT" in out and "summary" in out
     assert (tmp_path / "answers.jsonl").read_text().count("\n") == 1
+
+
+def test_longdoc_suite_passes_ctrl_c_on_to_the_eval() -> None:
+    """The QA pass keeps its partial answers on Ctrl-C, but a suite inside `radixagent eval` must
+    stop the whole eval (it used to swallow the interrupt and go on with the next mode)."""
+    from tasks.outcomes import SuiteOptions
+    from tasks.qa import run_longdoc_suite
+
+    def reply(prompt: str) -> str:
+        raise KeyboardInterrupt
+
+    backend = ScriptedBackend(reply)
+    with pytest.raises(KeyboardInterrupt):
+        run_longdoc_suite(backend, SuiteOptions(limit=2))
+    assert backend.calls
