@@ -191,8 +191,9 @@ def render_report(r: dict[str, Any]) -> str:
         f"All sections measured in one run of {r['duration_s']:.0f} s (`python -m evals.bench`); "
         "raw numbers in `docs/bench-results.json`. Elsewhere: the cache-manager redesign against the "
         "previous main, side by side ([bench-core-redesign.md](bench-core-redesign.md)), the KV tier "
-        "([bench_tier.md](bench_tier.md)), hardening ([benchmarks-hardening.md](benchmarks-hardening.md)), the longdoc eval with the "
-        "accuracy/TTFT-vs-head-length sweep ([eval-longdoc/report.md](eval-longdoc/report.md)).",
+        "([bench_tier.md](bench_tier.md)), hardening ([benchmarks-hardening.md](benchmarks-hardening.md)), "
+        "the longdoc eval with the accuracy/TTFT-vs-head-length sweep "
+        "([eval-longdoc/report.md](eval-longdoc/report.md)).",
         "",
         "## Ratios and targets",
         "",
