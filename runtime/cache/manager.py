@@ -212,7 +212,17 @@ class RadixCacheManager:
         reads it as a view), evicting when the pool is short."""
         if n > self.pool.available:
             self.evict(n - self.pool.available)
+        if n > self.pool.available:
+            self._reclaim_spare()
         return self.pool.alloc(n, behind[-1] if behind else None)
+
+    def _reclaim_spare(self) -> None:
+        """Give every lease's held decode slots back to the pool: they were taken from free
+        slots as a convenience (one run), so they must never make a request fail for room."""
+        for lease in self.leases:
+            if lease.spare:
+                self.pool.free(lease.spare)
+                lease.spare = []
 
     def _one_run(self, lease: Lease, reserve: int, grow: int) -> bool:
         """With a `RequestKV` (the engine): put the lease's `reserve` positions in one run of

@@ -82,3 +82,15 @@ def test_no_free_run_falls_back_to_scattered_slots_without_evicting() -> None:
     for le in [*held, lease]:
         manager.release(le, [], 0, insert=False)
     manager.check_integrity()
+
+
+def test_held_decode_slots_go_back_when_another_request_needs_room() -> None:
+    manager, pool = _manager(32)
+    a = manager.start(list(range(8)), 8, grow=16)
+    assert len(a.spare) == 16 and pool.available == 8  # 8 positions + 16 held, 8 free
+    b = manager.start(list(range(100, 112)), 12)  # needs 12: only the held slots can give them
+    assert len(b.slots) == 12 and a.spare == []
+    manager.check_integrity()
+    manager.extend(a, 2)  # a decodes on from the pool
+    assert len(a.slots) == 10
+    manager.check_integrity()
