@@ -205,5 +205,9 @@ def test_killed_router_is_restarted_on_its_port(supervised) -> None:
     assert _wait_for(lambda: any("router restarted" in e for e in sup.events), 30), sup.events
     assert cluster.router is not old and cluster.url == url
     assert _wait_for(lambda: _call(url, "k", "after").status == 200, 60), sup.events
-    workers = httpx.get(url + "/workers", timeout=10).json()["workers"]
-    assert sorted(w["url"] for w in workers) == sorted(cluster.worker_urls), (workers, sup.events)
+
+    # the restarted router adds workers as their health checks pass: one can serve before both are listed
+    def listed() -> list[str]:
+        return sorted(w["url"] for w in httpx.get(url + "/workers", timeout=10).json()["workers"])
+
+    assert _wait_for(lambda: listed() == sorted(cluster.worker_urls), 30), (listed(), sup.events)
