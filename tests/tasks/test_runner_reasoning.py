@@ -162,3 +162,20 @@ def test_answer_after_a_result_is_that_result_and_a_rejected_value_is_not_recomp
     assert [b for b in schemas[1]["anyOf"] if "tool" in b["properties"]] == []  # tool_choice none
     final = next(b for b in schemas[5]["anyOf"] if "answer" in b["properties"])
     assert final["properties"]["answer"]["pattern"] == "^120$"
+
+
+@pytest.mark.slow
+def test_reasoning_probe_scores_the_first_forced_calculator_call(engine: Any) -> None:
+    from evals.reasoning_probe import first_attempt
+    from runtime.backends.embedded import EmbeddedBackend
+    from tasks.reasoning import evaluate
+
+    question = Question(
+        id="p1",
+        question="A baker makes 12 trays of 24 cookies. She sells 150 cookies and gives away 18. How many cookies are left?",
+        answer=["120"],
+    )
+    expression, value = first_attempt(EmbeddedBackend(engine), question)
+    # The first action is forced to be a calculator call: an expression over the problem's numbers.
+    assert expression is not None and value == str(evaluate(expression))
+    engine.check_integrity()

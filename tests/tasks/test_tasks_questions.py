@@ -102,6 +102,13 @@ def test_bundled_reasoning_answers_are_right() -> None:
             assert numeric_match(str(_safe_eval(p.meta["solution"])), p.answer[0]) == 1.0, p.id
 
 
+def test_held_out_reasoning_answers_are_right() -> None:
+    problems = load_questions(data_path("reasoning_heldout.jsonl"))
+    assert len(problems) == 10
+    for p in problems:
+        assert numeric_match(str(_safe_eval(p.meta["solution"])), p.answer[0]) == 1.0, p.id
+
+
 def test_bundled_chat_prompts() -> None:
     prompts = load_chat_prompts(data_path("chat.jsonl"))
     assert len(prompts) == 20 and all(isinstance(p, ChatPrompt) for p in prompts)
