@@ -16,19 +16,11 @@ import argparse
 from collections import Counter
 from dataclasses import dataclass
 
-from agent import Agent
 from runtime.backends.base import Backend
-from tasks import data_path, prompts
-from tasks.backend_setup import GREEDY, open_backend
+from tasks import data_path
+from tasks.backend_setup import open_backend
 from tasks.questions import Question, load_questions
-from tasks.reasoning import (
-    REASONING_MAX_NEW_TOKENS,
-    calculator_tool,
-    examples_text,
-    is_correct,
-    problem_arguments,
-    task_text,
-)
+from tasks.reasoning import is_correct, reasoning_agent, start_problem
 
 SETS = ("reasoning.jsonl", "reasoning_heldout.jsonl")
 
@@ -48,19 +40,9 @@ class Attempt:
 def first_attempt(backend: Backend, question: Question) -> tuple[str | None, str | None]:
     """The expression of the agent's first (forced) calculator call and its value; None when the
     call failed (invalid expression, grammar dead end)."""
-    agent = Agent(
-        backend,
-        system=prompts.REASONING_SYSTEM + examples_text(),
-        tools=[calculator_tool()],
-        max_steps=1,
-        reflect=False,
-        dead_end=False,
-        examples=(),
-        sampling={**GREEDY, "max_new_tokens": REASONING_MAX_NEW_TOKENS},
-    )
-    run = agent.start(task_text(question.question))
+    agent = reasoning_agent(backend, max_steps=1, reflect=False)
+    run = start_problem(agent, question)
     try:
-        run.argument_schemas = {"calculator": problem_arguments(question.question)}
         run.tool_choice = "required"
         call = run.step().tool or {}
     finally:

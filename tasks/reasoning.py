@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agent import Agent, RunResult, Step, Tool, ToolError, tool
+from agent import Agent, Run, RunResult, Step, Tool, ToolError, tool
 from agent.constraints import context_numbers, escape, not_words_pattern
 from agent.examples import answer_json, call_json
 from runtime.backends.base import Backend
@@ -225,6 +225,28 @@ class ProblemResult:
     seconds: float
 
 
+def reasoning_agent(backend: Backend, rejected: Sequence[str] = (), **config: Any) -> Agent:
+    """The reasoning agent: the cached head (system + worked examples) and the calculator, greedy;
+    `config`: the rest of the Agent's settings (steps, reflection, verifier)."""
+    return Agent(
+        backend,
+        system=prompts.REASONING_SYSTEM + examples_text(),
+        tools=[calculator_tool(rejected)],
+        dead_end=False,
+        examples=(),
+        sampling={**GREEDY, "max_new_tokens": REASONING_MAX_NEW_TOKENS},
+        **config,
+    )
+
+
+def start_problem(agent: Agent, question: Question) -> Run:
+    """A run of `agent` on one problem: the task turn with its nearest example, the calculator's
+    expressions limited to the problem's numbers."""
+    run = agent.start(task_text(question.question))
+    run.argument_schemas = {"calculator": problem_arguments(question.question)}
+    return run
+
+
 def solve(
     backend: Backend,
     question: Question,
@@ -234,21 +256,16 @@ def solve(
 ) -> ProblemResult:
     """One problem: an agent run whose verifier knows the gold answer."""
     rejected: list[str] = []
-    agent = Agent(
+    agent = reasoning_agent(
         backend,
-        system=prompts.REASONING_SYSTEM + examples_text(),
-        tools=[calculator_tool(rejected)],
+        rejected,
         max_steps=max_steps,
         reflect=True,
         verify=make_verifier(question, rejected),
-        dead_end=False,
         max_backtracks=2,
-        examples=(),
-        sampling={**GREEDY, "max_new_tokens": REASONING_MAX_NEW_TOKENS},
     )
     started = time.perf_counter()
-    run = agent.start(task_text(question.question))
-    run.argument_schemas = {"calculator": problem_arguments(question.question)}
+    run = start_problem(agent, question)
     try:
         while not run.done:
             run.tool_choice = "none" if _just_computed(run) else "auto"
