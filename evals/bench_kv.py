@@ -24,11 +24,14 @@ from typing import Any
 from evals.bench_measure import QUESTIONS, EngineRunner, Runner, Sample, essay_documents, qa_prompts
 
 GIB = 2**30
+DETERMINISTIC = "deterministic"
 
 
 @dataclass(frozen=True, slots=True)
 class KVBenchConfig:
     dtypes: tuple[str, ...] = ("float32", "bfloat16", "int8")  # float16: the size and path of bfloat16
+    #: these dtypes again with --enable-deterministic-inference (rows "<dtype> deterministic")
+    deterministic: tuple[str, ...] = ("float32", "bfloat16", "int8")
     contexts: tuple[int, ...] = (512, 2000, 4000)  # document tokens; prompts add ~45 of chat + question
     ttft_context: int = 2000
     questions: int = 2
@@ -50,6 +53,7 @@ class KVBenchConfig:
 
 QUICK_KV = KVBenchConfig(
     dtypes=("float32", "int8"),
+    deterministic=("int8",),
     contexts=(64, 128),
     ttft_context=128,
     questions=1,
@@ -146,6 +150,10 @@ def run_kv(
         model_path, torchao_config=cfg.torchao_config, max_total_tokens=16384, num_threads=cfg.threads
     )
     engines = {d: base.sibling(kv_cache_dtype=d) for d in cfg.dtypes}
+    engines |= {
+        f"{d} {DETERMINISTIC}": base.sibling(kv_cache_dtype=d, enable_deterministic_inference=True)
+        for d in cfg.deterministic
+    }
     base.shutdown()  # the siblings keep the weights
     del base  # and its pool goes
     try:
@@ -190,7 +198,7 @@ def _run(
             "bytes_per_token": e.kv_bytes_per_token,
             "tokens_per_gib": GIB / e.kv_bytes_per_token,
         }
-        if cfg.suites and suites_dir is not None:
+        if cfg.suites and suites_dir is not None and not name.endswith(DETERMINISTIC):
             from evals.run import reduced_eval
 
             say(f"kv: {name}: agent suites (reduced eval)")
@@ -199,7 +207,7 @@ def _run(
     out: dict[str, Any] = {
         "config": {f: getattr(cfg, f) for f in cfg.__dataclass_fields__},
         "engines": rows,
-        "eviction": eviction_same_bytes(cfg, {d: r["bytes_per_token"] for d, r in rows.items()}),
+        "eviction": eviction_same_bytes(cfg, {d: rows[d]["bytes_per_token"] for d in cfg.dtypes}),
     }
     if "llama.cpp" in raw:
         out["llama_cpp"] = {
@@ -298,7 +306,8 @@ def kv_markdown(out: dict[str, Any]) -> list[str]:
         f"llama.cpp in the same run ({cfg['rounds']} rounds alternating engines, best decode round kept). "
         f"Decode: {cfg['decode_tokens']} greedy tokens after a document of {', '.join(ctxs)} tokens (+ ~45 of "
         f"chat and question). Cached TTFT: median of {cfg['questions']} other questions per round on the "
-        f"{tc}-token document. Outputs identical: each decode prompt cached in later rounds vs its cold first round.",
+        f"{tc}-token document. Outputs identical: each decode prompt cached in later rounds vs its cold first round. "
+        "Rows marked deterministic run with `--enable-deterministic-inference` (runtime/attention.py).",
         "",
         "| what | measured | target | met |",
         "|---|---|---|---|",

@@ -29,6 +29,9 @@ class EngineConfig:
     #: how K/V is stored (SGLang's --kv-cache-dtype): auto (the model's dtype), float32, bfloat16,
     #: float16, int8 (a scale per token and head); runtime/cache/kv_format.py
     kv_cache_dtype: str = "auto"
+    #: batch-invariant kernels (SGLang's --enable-deterministic-inference; runtime/attention.py):
+    #: a token's logits are the same bits cached or not, batched or alone, in any chunk
+    enable_deterministic_inference: bool = False
     context_length: int | None = None
     num_threads: int | None = None
     device: str = "cpu"

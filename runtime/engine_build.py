@@ -82,6 +82,11 @@ def eos_ids(loaded: model_files.LoadedModel) -> set[int]:
 def kv_format(config: EngineConfig, model: LlamaModel | HFModel) -> KVFormat:
     """The pool's K/V format; the HF fallback can only store K/V in its own dtype."""
     fmt = KVFormat.resolve(config.kv_cache_dtype, model.dtype, model.kv_dtype)
+    if isinstance(model, HFModel) and config.enable_deterministic_inference:
+        raise ValueError(
+            f"enable_deterministic_inference needs the compact forward; the HF fallback for "
+            f"{model.cfg.arch} runs transformers' own attention"
+        )
     if isinstance(model, HFModel) and (fmt.converts or fmt.scaled):
         raise ValueError(
             f"kv_cache_dtype {fmt.name} needs the compact forward; the HF fallback for "
@@ -130,6 +135,7 @@ def build_cache(
         config.max_running_requests,
         config.chunked_prefill_size,
         sessions,
+        config.enable_deterministic_inference,
     )
     tier = None
     if config.enable_hierarchical_cache:  # the KV tier (runtime/cache/tier/hooks.py): the manager calls it
@@ -147,4 +153,5 @@ def describe(config: EngineConfig, name: str, pool: KVPool) -> str:
         f"{name}, {config.dtype}{quant}, pool {pool.size} tokens ({pool.capacity_bytes / 2**20:.0f} MiB, "
         f"KV {pool.fmt.name} {pool.capacity_bytes // pool.size} B/token), "
         f"policy {config.radix_eviction_policy}, cache {'off' if config.disable_radix_cache else 'on'}"
+        + (", deterministic inference" if config.enable_deterministic_inference else "")
     )

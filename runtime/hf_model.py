@@ -43,8 +43,9 @@ class HFModel:
         self.kv_dtype = dtype
 
     @torch.inference_mode()
-    def forward(self, segments: list[Segment]) -> torch.Tensor:
-        """Same contract as LlamaModel.forward: last-token logits [S, vocab], K/V appended."""
+    def forward(self, segments: list[Segment], deterministic: bool = False) -> torch.Tensor:
+        """Same contract as LlamaModel.forward: last-token logits [S, vocab], K/V appended.
+        Never deterministic: engine_build refuses that setting for this fallback."""
         return torch.cat([self._one(s) for s in segments])
 
     def _one(self, seg: Segment) -> torch.Tensor:

@@ -13,8 +13,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from runtime.attention import InvariantAttention, padded_length
 from runtime.cache.kv_format import KVFormat
-from runtime.quant import Int8, Linear, WeightFormat
+from runtime.quant import Dense, Int8, Linear, WeightFormat
 
 SUPPORTED = ("llama", "qwen2", "mistral")
 
@@ -87,7 +88,9 @@ class SeqKV:
     @classmethod
     def empty(cls, cfg: ModelConfig, capacity: int, fmt: KVFormat | torch.dtype, device: str) -> SeqKV:
         fmt = fmt if isinstance(fmt, KVFormat) else KVFormat.plain(fmt)
-        planes = fmt.alloc(cfg.layers, cfg.kv_heads, capacity, cfg.head_dim, device)
+        # zero-filled and whole attention blocks: deterministic attention reads to a block's end
+        rows = padded_length(capacity)
+        planes = fmt.alloc(cfg.layers, cfg.kv_heads, rows, cfg.head_dim, device, zeros=True)
         return cls(planes[0], planes[1], fmt=fmt, scales=planes[2:])
 
     @property
@@ -194,6 +197,10 @@ class LlamaModel:
         angles = torch.outer(torch.arange(cfg.max_positions, dtype=torch.float32), inv_freq)
         emb = torch.cat([angles, angles], dim=-1)  # [pos, head_dim], HF's rotate_half layout
         self.cos, self.sin = emb.cos().to(device, dtype), emb.sin().to(device, dtype)
+        self.invariant = InvariantAttention.build(cfg.heads, cfg.kv_heads, cfg.head_dim, device)
+        # MKL's dense fp32 matmuls give other last bits for 1-3, 5-7 and 9-11 rows than for the
+        # same rows among more (measured); the int4/int8 kernels and bf16 are row-independent
+        self._dense = isinstance(self.layers[0].qkv, Dense) and dtype != torch.bfloat16
 
     @staticmethod
     def _layer(
@@ -264,10 +271,12 @@ class LlamaModel:
         return x * cos + rotated * sin
 
     @torch.inference_mode()
-    def forward(self, segments: list[Segment]) -> torch.Tensor:
+    def forward(self, segments: list[Segment], deterministic: bool = False) -> torch.Tensor:
         """Runs every segment's new tokens; returns logits of each segment's last token: [S, vocab].
 
-        Appends the new tokens' K/V to each segment's SeqKV (length advances).
+        Appends the new tokens' K/V to each segment's SeqKV (length advances). `deterministic`:
+        batch-invariant kernels (runtime/attention.py), so a token's logits and K/V are the same
+        bits whichever requests, chunk or cache hit it is computed with.
         """
         cfg = self.cfg
         lens = [len(s.ids) for s in segments]
@@ -276,52 +285,73 @@ class LlamaModel:
             self.device
         )
         cos, sin = self.cos[pos].unsqueeze(1), self.sin[pos].unsqueeze(1)  # [N, 1, hd]
-        views = [_Views.of(s.kv, n, self.device, self.kv_dtype) for s, n in zip(segments, lens, strict=True)]
-        scratch = self._scratch(views)
+        views = [
+            _Views.of(s.kv, n, self.device, self.kv_dtype, deterministic)
+            for s, n in zip(segments, lens, strict=True)
+        ]
+        scratch = self._scratch(views, deterministic)
+        mm = self._rows_invariant if deterministic and self._dense else _call
         x = self._embed(ids)  # [N, hidden]
         qd, kd = cfg.heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim
         for li, layer in enumerate(self.layers):
-            h = layer.qkv(self._rms(x, layer.ln1))  # [N, qd + 2 kd]
+            h = mm(layer.qkv, self._rms(x, layer.ln1))  # [N, qd + 2 kd]
             qk = self._rope(h[:, : qd + kd].view(-1, cfg.heads + cfg.kv_heads, cfg.head_dim), cos, sin)
             q, k = qk[:, : cfg.heads], qk[:, cfg.heads :]  # rotated together: half the ops
             v = h[:, qd + kd :].view(-1, cfg.kv_heads, cfg.head_dim)
             attn = self._attend(li, views, lens, q, k, v, scratch)  # [N, qd]
-            x = x + layer.o(attn)
-            gate, up = layer.gate_up(self._rms(x, layer.ln2)).chunk(2, dim=-1)
-            x = x + layer.down(F.silu(gate) * up)
+            x = x + mm(layer.o, attn)
+            gate, up = mm(layer.gate_up, self._rms(x, layer.ln2)).chunk(2, dim=-1)
+            x = x + mm(layer.down, F.silu(gate) * up)
         for s, n in zip(segments, lens, strict=True):
             s.kv.length += n
         ends = torch.tensor(lens).cumsum(0)
         if all(s.logits_from < 0 for s in segments):
-            return self.lm_head(self._rms(x[(ends - 1).to(self.device)], self.norm)).float()
-        return self._logits_with_prompt(segments, x, ends.tolist())
+            return mm(self.lm_head, self._rms(x[(ends - 1).to(self.device)], self.norm)).float()
+        return self._logits_with_prompt(segments, x, ends.tolist(), mm)
 
-    def _logits_with_prompt(self, segments: list[Segment], x: torch.Tensor, ends: list[int]) -> torch.Tensor:
+    @staticmethod
+    def _rows_invariant(f: Linear, x: torch.Tensor) -> torch.Tensor:
+        """f(x) computed as MKL computes rows among many: fewer than 12 rows go in as a multiple
+        of 4 (4 and 8 rows measured like 12 and more), zero rows added and their outputs dropped."""
+        m = x.shape[0]
+        if m >= 12 or m % 4 == 0:
+            return f(x)
+        return f(torch.cat([x, x.new_zeros(4 - m % 4, x.shape[1])]))[:m]
+
+    def _logits_with_prompt(
+        self,
+        segments: list[Segment],
+        x: torch.Tensor,
+        ends: list[int],
+        mm: Callable[[Linear, torch.Tensor], torch.Tensor],
+    ) -> torch.Tensor:
         """Last-token logits [S, vocab], and every row from `logits_from` on where a segment asks."""
         spans = [
             (end - len(s.ids) + s.logits_from if s.logits_from >= 0 else end - 1, end)
             for s, end in zip(segments, ends, strict=True)
         ]
         rows = torch.cat([torch.arange(a, b) for a, b in spans]).to(self.device)
-        logits = self.lm_head(self._rms(x[rows], self.norm)).float()
+        logits = mm(self.lm_head, self._rms(x[rows], self.norm)).float()
         parts = logits.split([b - a for a, b in spans])
         for s, part in zip(segments, parts, strict=True):
             if s.logits_from >= 0:
                 s.prompt_logits = part
         return torch.stack([part[-1] for part in parts])
 
-    def _scratch(self, views: list[_Views]) -> tuple[torch.Tensor, torch.Tensor] | None:
+    def _scratch(self, views: list[_Views], zeros: bool) -> tuple[torch.Tensor, torch.Tensor] | None:
         """One layer's K and V in the compute dtype, for formats stored otherwise and for requests
         whose positions are scattered over the pool: each layer's K/V is converted or gathered
         into it just before its attention, so the copy is still in cache when SDPA reads it.
-        Per call, not per model: sibling engines run the model concurrently."""
-        longest = max((vw.length for vw in views if vw.fmt.converts or vw.idx is not None), default=0)
+        Per call, not per model: sibling engines run the model concurrently. `zeros`: attention
+        reads whole blocks, past what is copied in, and those rows must be finite."""
+        longest = max((vw.span for vw in views if vw.fmt.converts or vw.idx is not None), default=0)
         if not longest:
             return None
         shape = (self.cfg.kv_heads, longest, self.cfg.head_dim)
+        make = torch.zeros if zeros else torch.empty
         return (
-            torch.empty(shape, dtype=self.kv_dtype, device=self.device),
-            torch.empty(shape, dtype=self.kv_dtype, device=self.device),
+            make(shape, dtype=self.kv_dtype, device=self.device),
+            make(shape, dtype=self.kv_dtype, device=self.device),
         )
 
     def _attend(self, li: int, views: list[_Views], lens: list[int], q, k, v, scratch) -> torch.Tensor:
@@ -331,43 +361,58 @@ class LlamaModel:
         outs = []
         for vw, n, qi, ki, vi in zip(views, lens, qs, ks, vs, strict=True):
             k_all, v_all = vw.keys_values(li, ki.transpose(0, 1), vi.transpose(0, 1), scratch)
+            if vw.deterministic:
+                outs.append(self.invariant(qi, k_all, v_all, vw.length - n))
+                continue
             # [n, H, hd] -> [1, H, n, hd]; for one token that is a view
             qi = qi.view(1, -1, 1, qi.shape[-1]) if n == 1 else qi.transpose(0, 1).unsqueeze(0)
             o = F.scaled_dot_product_attention(
-                qi, k_all, v_all, attn_mask=vw.mask, is_causal=vw.causal, enable_gqa=True
+                qi,
+                k_all.unsqueeze(0),
+                v_all.unsqueeze(0),
+                attn_mask=vw.mask,
+                is_causal=vw.causal,
+                enable_gqa=True,
             )
             outs.append(o.view(1, -1) if n == 1 else o[0].transpose(0, 1).reshape(n, -1))
         return (outs[0] if len(outs) == 1 else torch.cat(outs)).to(self.dtype)
+
+
+def _call(f: Linear, x: torch.Tensor) -> torch.Tensor:
+    return f(x)
 
 
 @dataclass(frozen=True, slots=True)
 class _Views:
     """One request's per-layer K/V access for a step. When its m + n positions are one run of
     rows (a private buffer, or consecutive pool slots): views of what attention reads (`k`, `v`:
-    [1, KVH, m+n, hd] per layer, as stored; `stored`: every plane over those rows, for formats
+    [KVH, span, hd] per layer, as stored; `stored`: every plane over those rows, for formats
     that convert) and of where the n new tokens go (`new`: every plane, [KVH, n, x]). When they
     are scattered over the pool: `idx` / `new_idx` (rows), `planes`, and a gather per layer.
 
+    `span`: the rows attention reads, m + n, or whole blocks of them when `deterministic`
+    (runtime/attention.py; rows past m + n are masked there).
+
     Query i sees the prefix and new tokens <= i (bottom-right aligned causal). Without a prefix
     that is SDPA's own `is_causal`, which skips masked blocks (~25% faster at 1k tokens); with one,
-    an additive mask built once per step instead of a boolean one converted in every layer. Both
-    were checked bit-identical to the boolean mask, so a token's K/V does not depend on which
-    variant its chunk took (cached = uncached)."""
+    an additive mask built once per step instead of a boolean one converted in every layer."""
 
     k: tuple[torch.Tensor, ...]
     v: tuple[torch.Tensor, ...]
     stored: list[tuple[torch.Tensor, ...]]
     new: list[tuple[torch.Tensor, ...]]
-    mask: torch.Tensor | None  # None for one new token (it sees everything) or when `causal`
+    mask: torch.Tensor | None  # None for one new token (it sees everything), when `causal`, or deterministic
     causal: bool
     fmt: KVFormat
     length: int  # m + n
+    span: int
+    deterministic: bool
     planes: tuple[torch.Tensor, ...] = ()  # gather mode: the pool's planes
     idx: torch.Tensor | None = None  # gather mode: rows of the m + n positions
     new_idx: torch.Tensor | None = None  # gather mode: rows of the n new ones
 
     def keys_values(self, li: int, k_new, v_new, scratch) -> tuple[torch.Tensor, torch.Tensor]:
-        """Stores layer li's new K/V ([KVH, n, hd]), then returns all m + n as [1, KVH, m+n, hd]."""
+        """Stores layer li's new K/V ([KVH, n, hd]), then returns the span as [KVH, span, hd]."""
         if self.idx is not None:
             assert self.new_idx is not None
             layer = tuple(p[li] for p in self.planes)
@@ -378,41 +423,46 @@ class _Views:
             else:
                 torch.index_select(layer[0], 1, self.idx, out=k_all)
                 torch.index_select(layer[1], 1, self.idx, out=v_all)
-            return k_all.unsqueeze(0), v_all.unsqueeze(0)
+            return scratch[0][:, : self.span], scratch[1][:, : self.span]
         self.fmt.store(self.new[li], k_new, v_new)
         if self.fmt.converts:
-            k_all, v_all = scratch[0][:, : self.length], scratch[1][:, : self.length]
+            k_all, v_all = scratch[0][:, : self.span], scratch[1][:, : self.span]
             self.fmt.load(self.stored[li], k_all, v_all)
-            return k_all.unsqueeze(0), v_all.unsqueeze(0)
+            return k_all, v_all
         return self.k[li], self.v[li]
 
     @classmethod
-    def of(cls, kv: SeqKV, n: int, device: str, dtype: torch.dtype) -> _Views:
+    def of(cls, kv: SeqKV, n: int, device: str, dtype: torch.dtype, deterministic: bool) -> _Views:
         m = kv.length  # positions already stored for this request (prefix)
+        span = padded_length(m + n) if deterministic else m + n
         mask = None
-        if n > 1 and m > 0:
+        if n > 1 and m > 0 and not deterministic:
             seen = (
                 torch.arange(m + n, device=device)[None, :] <= (m + torch.arange(n, device=device))[:, None]
             )
             mask = torch.zeros(seen.shape, dtype=dtype, device=device).masked_fill_(~seen, float("-inf"))
         fmt, causal = kv.format, n > 1 and m == 0
         at = kv.rows(0, m + n)
+        if isinstance(at, int) and at + span > kv.k.shape[2]:  # a private buffer without the padding
+            at = torch.arange(at, at + m + n, device=kv.k.device)
         if not isinstance(at, int):
-            return cls((), (), [], [], mask, causal, fmt, m + n, kv.planes, at, at[m:])
+            return cls((), (), [], [], mask, causal, fmt, m + n, span, deterministic, kv.planes, at, at[m:])
         a = at  # the first row of the run
         new = list(zip(*(p[:, :, a + m : a + m + n].unbind(0) for p in kv.planes), strict=True))
         stored = (
-            list(zip(*(p[:, :, a : a + m + n].unbind(0) for p in kv.planes), strict=True))
+            list(zip(*(p[:, :, a : a + span].unbind(0) for p in kv.planes), strict=True))
             if fmt.converts
             else []
         )
         return cls(
-            kv.k[:, :, a : a + m + n].unsqueeze(1).unbind(0),
-            kv.v[:, :, a : a + m + n].unsqueeze(1).unbind(0),
+            kv.k[:, :, a : a + span].unbind(0),
+            kv.v[:, :, a : a + span].unbind(0),
             stored,
             new,
             mask,
             causal,
             fmt,
             m + n,
+            span,
+            deterministic,
         )

@@ -88,8 +88,10 @@ class Scheduler:
         max_running: int,
         chunk_size: int,
         sessions,
+        deterministic: bool = False,
     ) -> None:
         self.model, self.manager, self.tokenizer = model, manager, tokenizer
+        self.deterministic = deterministic
         self.eos_ids, self.max_running, self.chunk_size = eos_ids, max_running, chunk_size
         self.sessions = sessions
         self.waiting: deque[Request] = deque()
@@ -271,7 +273,9 @@ class Scheduler:
         if not self.running:
             return
         segments, fed = self._build_batch()
-        logits = self.model.forward(segments).cpu()  # sampling, grammar masks and RNGs live on the CPU
+        logits = self.model.forward(
+            segments, self.deterministic
+        ).cpu()  # sampling, grammar masks and RNGs live on the CPU
         now = time.perf_counter()
         self.meters.tokens(sum(1 for r in fed if r.prefilled and r.params.max_new_tokens), now)
         for row, req in enumerate(fed):

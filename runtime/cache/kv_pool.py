@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 import torch
 
+from runtime.attention import BLOCK
 from runtime.cache.kv_format import KVFormat
 from runtime.errors import PoolExhausted
 
@@ -121,7 +122,9 @@ class KVPool(SlotAllocator):
     ) -> None:
         super().__init__(size)
         self.fmt = dtype if isinstance(dtype, KVFormat) else KVFormat.plain(dtype)
-        self.planes = self.fmt.alloc(num_layers, num_kv_heads, size, head_dim, device, zeros=True)
+        # BLOCK rows past the last slot, never handed out: deterministic attention reads a
+        # request's rows to the end of its last block (runtime/attention.py), and they are zeros
+        self.planes = self.fmt.alloc(num_layers, num_kv_heads, size + BLOCK, head_dim, device, zeros=True)
         self.k, self.v = self.planes[0], self.planes[1]
 
     def read(self, slots: Sequence[int], *out: torch.Tensor) -> None:
@@ -146,7 +149,7 @@ class KVPool(SlotAllocator):
 
     @property
     def capacity_bytes(self) -> int:
-        return sum(p.numel() * p.element_size() for p in self.planes)
+        return sum(p[:, :, : self.size].numel() * p.element_size() for p in self.planes)
 
 
 def _flat(parts: tuple) -> list[torch.Tensor]:

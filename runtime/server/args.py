@@ -119,6 +119,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="how K/V is stored: auto (the model's dtype), float32, bfloat16 (bf16), float16 (fp16), int8 (a "
         "scale per token and head: 3.8x the tokens of float32 per byte); attention runs in float32",
     )
+    p.add_argument(
+        "--enable-deterministic-inference",
+        action="store_true",
+        help="batch-invariant attention and matmuls: bit-identical outputs cached or not, batched or alone "
+        "(~1 ms more per decode step; float32 weights: decode ~1.5x slower)",
+    )
     p.add_argument("--num-threads", type=int, default=None, help="torch CPU threads")
     p.add_argument("--max-queue", type=int, default=256, help="queued requests before 503")
     p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' (all but /health)")
@@ -236,6 +242,7 @@ def engine_config(ns: argparse.Namespace) -> dict[str, Any]:
         "device": ns.device,
         "torchao_config": ns.torchao_config or None,
         "kv_cache_dtype": ns.kv_cache_dtype,
+        "enable_deterministic_inference": ns.enable_deterministic_inference,
         "context_length": ns.context_length,
         "num_threads": ns.num_threads,
         "max_queue": ns.max_queue,

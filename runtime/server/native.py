@@ -82,6 +82,7 @@ def native_router(state: ServerState) -> APIRouter:
             **state.args.public_dict(),
             **_router_fields(state, stats),
             "kv_cache_dtype": stats.get("kv_cache_dtype"),
+            "enable_deterministic_inference": state.engine.config.enable_deterministic_inference,
             "engine_config": _config_dict(state.engine),
             "model_info": _model_info(state),
             "cache_stats": stats,

@@ -39,3 +39,11 @@ def test_fallback_reuses_prefix_with_identical_outputs(tiny_gpt2):
         assert warm["meta_info"]["cached_tokens"] == 100
         assert warm["output_ids"] == cold["output_ids"]
         eng.check_integrity()
+
+
+def test_fallback_refuses_deterministic_inference(tiny_gpt2):
+    """transformers' attention is not batch-invariant: the flag is refused, not ignored."""
+    from runtime import Engine
+
+    with pytest.raises(ValueError, match="enable_deterministic_inference needs the compact forward"):
+        Engine(model_path=str(tiny_gpt2), max_total_tokens=1024, enable_deterministic_inference=True)
