@@ -379,6 +379,12 @@ def kv_markdown(out: dict[str, Any]) -> list[str]:
         "bf16/fp16 directly and fp8 conversion measured several times slower on this CPU "
         "([benchmarks-kv-attention.md](benchmarks-kv-attention.md), `python -m evals.kv_attention`).",
         "",
+        "Outputs identical below 100% is not a cache bug: SDPA's flash kernel and MKL's matmuls choose their "
+        "blocking from each call's shape, so a token computed alone (a decode step, the one token a full "
+        "cache hit recomputes) gets other last bits than inside a prefill chunk, and bf16 activations "
+        "turn those into different greedy tokens. The deterministic rows run every position through "
+        "the same shapes ([deterministic-inference.md](deterministic-inference.md)).",
+        "",
         f"Eviction simulator, `agents` workload, {cfg['eviction_sessions']} sessions, seed 0: each KV "
         "dtype gets the pool BYTES that float32 gets at the given fraction of the peak working set.",
         "",

@@ -81,6 +81,9 @@ class EngineConfig:
             problems.append(f"dtype must be one of {DTYPES}")
         if self.torchao_config is not None:
             problems += torchao_problems(self.torchao_config, self.device, dtype)
+        if self.enable_deterministic_inference and self.device != "cpu":
+            # batch invariance is a property of the kernels measured (runtime/attention.py): CPU, MKL
+            problems.append("enable_deterministic_inference is measured for the CPU engine only (device cpu)")
         if isinstance(self.kv_cache_dtype, str):
             object.__setattr__(self, "kv_cache_dtype", canonical(self.kv_cache_dtype))
             problems += kv_cache_dtype_problems(self.kv_cache_dtype)

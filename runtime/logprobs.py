@@ -16,6 +16,8 @@ depending on how many rows and keys its step has (measured: MKL's float32 matmul
 9-11 rows, SDPA at query-block boundaries such as 33-35 queries, ~1e-6 in a logprob), so numbers
 computed after a cache hit would differ from an uncached run's in the sixth digit. Computing the
 whole prompt makes them bit-identical to a `prefix_cache=False` run, which is what evals compare.
+With `enable_deterministic_inference` (runtime/attention.py) rows do not depend on their step, so
+a logprob request is served from the cache up to `logprob_start_len`, as in SGLang.
 """
 
 from __future__ import annotations
@@ -90,10 +92,11 @@ class LogprobState:
         """True when logits of prompt positions other than the last are needed."""
         return self.spec.start < self.prompt_len - 1
 
-    @property
-    def match_limit(self) -> int:
-        """Prompt tokens the cache may serve a logprob request: none (see the module docstring)."""
-        return 0
+    def match_limit(self, deterministic: bool) -> int:
+        """Prompt tokens the cache may serve a logprob request: none (see the module docstring),
+        unless the engine is deterministic (the same bits either way): those before
+        `logprob_start_len`, whose logits are not reported."""
+        return min(self.spec.start, self.prompt_len - 1) if deterministic else 0
 
     def logits_from(self, chunk_start: int, chunk_len: int) -> int:
         """Index within a prefill chunk from which every row's logits are needed (-1: only the last)."""

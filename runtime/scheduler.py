@@ -297,12 +297,11 @@ class Scheduler:
         first = req.kv.length - len(seg.ids) + seg.logits_from  # forward advanced kv.length
         req.logprob.record_prompt(seg.prompt_logits.cpu(), first, req.input_ids)
 
-    @staticmethod
-    def _match_limit(req: Request) -> int:
+    def _match_limit(self, req: Request) -> int:
         """Prompt tokens the cache may serve: never the last (its logits are always computed as in a
-        cold run), and none from `logprob_start_len` on (prompt logprobs need their logits)."""
+        cold run), and for logprob requests what runtime/logprobs.py allows."""
         limit = len(req.input_ids) - 1
-        return limit if req.logprob is None else min(limit, req.logprob.match_limit)
+        return limit if req.logprob is None else min(limit, req.logprob.match_limit(self.deterministic))
 
     def _footprint(self, req: Request) -> int:
         return len(req.input_ids) + req.params.max_new_tokens

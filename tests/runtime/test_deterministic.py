@@ -138,3 +138,36 @@ def test_the_flag_reaches_the_engine_and_the_server_info(engine):
         assert sibling.get_cache_stats()["pool_capacity_bytes"] == 1024 * sibling.kv_bytes_per_token
     finally:
         sibling.shutdown()
+
+
+@pytest.mark.parametrize("start_from_end", [None, 3, 40])
+def test_deterministic_logprob_requests_use_the_cache_with_the_same_numbers(engine, start_from_end):
+    """Deterministic, a logprob request is served from the cache up to logprob_start_len (as in
+    SGLang) and still reports the bits of a prefix_cache=False run."""
+    det = engine.sibling(enable_deterministic_inference=True, max_total_tokens=2048)
+    base = "The quick brown fox jumps over the lazy dog. " * 8
+    prompt = base + "Then it ran into the river and swam"
+    try:
+        det.generate(prompt=base + "Then it ran into the forest", sampling_params={"max_new_tokens": 2})
+        n = len(det.tokenize(prompt))
+        start = -1 if start_from_end is None else n - start_from_end
+        kw = {"return_logprob": True, "logprob_start_len": start, "top_logprobs_num": 5}
+        params = {"max_new_tokens": 6, "temperature": 0}
+        cached = det.generate(prompt=prompt, sampling_params=params, **kw)["meta_info"]
+        cold = det.generate(prompt=prompt, sampling_params=params, prefix_cache=False, **kw)["meta_info"]
+    finally:
+        det.shutdown()
+    shared = len(engine.tokenize(base + "Then it ran into the"))
+    assert cached["cached_tokens"] == min(shared, n - 1 if start == -1 else start) > 40
+    assert cold["cached_tokens"] == 0
+    for key in ("input_token_logprobs", "output_token_logprobs", "input_top_logprobs", "output_top_logprobs"):
+        assert cached[key] == cold[key], key
+
+
+def test_the_flag_is_refused_off_the_cpu():
+    from runtime.config import EngineConfig
+
+    with pytest.raises(
+        ValueError, match="enable_deterministic_inference is measured for the CPU engine only"
+    ):
+        EngineConfig(device="cuda", enable_deterministic_inference=True)
