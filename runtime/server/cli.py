@@ -18,7 +18,11 @@ def serve_argv(port: int, host: str = "127.0.0.1") -> list[str]:
 
 def main(argv: list[str]) -> int:
     ns = build_parser().parse_args(argv)
-    logging.basicConfig(level=ns.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # force: `radixagent serve` arrives with the dispatcher's WARNING config already installed,
+    # which would make --log-level (and the engine's start-up line) silently ineffective
+    logging.basicConfig(
+        level=ns.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True
+    )
     try:
         args = server_args(ns)
     except ValueError as exc:

@@ -59,3 +59,21 @@ def test_server_info_and_metrics_report_the_kv_format(int8_server):
     assert 'radixagent:kv_cache_dtype_info{kv_cache_dtype="int8"} 1.0' in metrics
     assert "radixagent:kv_bytes_per_token 12240.0" in metrics
     assert stats["bytes_in_use"] == stats["tokens_in_use"] * 12240
+
+
+def test_log_level_is_honoured_after_the_dispatcher_configured_logging():
+    """`radixagent serve` goes through runtime/cli.py, which installs a WARNING config first."""
+    import logging
+
+    from runtime.cli import main as radixagent
+
+    root = logging.getLogger()
+    saved = root.level, list(root.handlers)
+    try:
+        assert (
+            radixagent(["serve", "--log-level", "debug", "--kv-cache-dtype", "fp8_e4m3", "--port", "0"]) == 2
+        )
+        assert root.level == logging.DEBUG
+    finally:
+        root.handlers[:] = saved[1]
+        root.setLevel(saved[0])
