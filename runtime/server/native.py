@@ -77,13 +77,14 @@ def native_router(state: ServerState) -> APIRouter:
     @r.get("/server_info")
     async def server_info() -> dict[str, Any]:
         stats = await state.bridge.call(state.engine.get_cache_stats)
+        config = _config_dict(state.engine)
         return {
             "version": VERSION,
             **state.args.public_dict(),
             **_router_fields(state, stats),
             "kv_cache_dtype": stats.get("kv_cache_dtype"),
-            "enable_deterministic_inference": state.engine.config.enable_deterministic_inference,
-            "engine_config": _config_dict(state.engine),
+            "enable_deterministic_inference": bool(config.get("enable_deterministic_inference", False)),
+            "engine_config": config,
             "model_info": _model_info(state),
             "cache_stats": stats,
             "internal_states": internal_states(state, stats),
