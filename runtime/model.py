@@ -362,17 +362,12 @@ class LlamaModel:
         for vw, n, qi, ki, vi in zip(views, lens, qs, ks, vs, strict=True):
             k_all, v_all = vw.keys_values(li, ki.transpose(0, 1), vi.transpose(0, 1), scratch)
             if vw.deterministic:
-                outs.append(self.invariant(qi, k_all, v_all, vw.length - n))
+                outs.append(self.invariant(qi, k_all[0], v_all[0], vw.length - n))
                 continue
             # [n, H, hd] -> [1, H, n, hd]; for one token that is a view
             qi = qi.view(1, -1, 1, qi.shape[-1]) if n == 1 else qi.transpose(0, 1).unsqueeze(0)
             o = F.scaled_dot_product_attention(
-                qi,
-                k_all.unsqueeze(0),
-                v_all.unsqueeze(0),
-                attn_mask=vw.mask,
-                is_causal=vw.causal,
-                enable_gqa=True,
+                qi, k_all, v_all, attn_mask=vw.mask, is_causal=vw.causal, enable_gqa=True
             )
             outs.append(o.view(1, -1) if n == 1 else o[0].transpose(0, 1).reshape(n, -1))
         return (outs[0] if len(outs) == 1 else torch.cat(outs)).to(self.dtype)
@@ -386,7 +381,7 @@ def _call(f: Linear, x: torch.Tensor) -> torch.Tensor:
 class _Views:
     """One request's per-layer K/V access for a step. When its m + n positions are one run of
     rows (a private buffer, or consecutive pool slots): views of what attention reads (`k`, `v`:
-    [KVH, span, hd] per layer, as stored; `stored`: every plane over those rows, for formats
+    [1, KVH, span, hd] per layer, as stored; `stored`: every plane over those rows, for formats
     that convert) and of where the n new tokens go (`new`: every plane, [KVH, n, x]). When they
     are scattered over the pool: `idx` / `new_idx` (rows), `planes`, and a gather per layer.
 
@@ -412,7 +407,7 @@ class _Views:
     new_idx: torch.Tensor | None = None  # gather mode: rows of the n new ones
 
     def keys_values(self, li: int, k_new, v_new, scratch) -> tuple[torch.Tensor, torch.Tensor]:
-        """Stores layer li's new K/V ([KVH, n, hd]), then returns the span as [KVH, span, hd]."""
+        """Stores layer li's new K/V ([KVH, n, hd]), then returns the span as [1, KVH, span, hd]."""
         if self.idx is not None:
             assert self.new_idx is not None
             layer = tuple(p[li] for p in self.planes)
@@ -423,12 +418,12 @@ class _Views:
             else:
                 torch.index_select(layer[0], 1, self.idx, out=k_all)
                 torch.index_select(layer[1], 1, self.idx, out=v_all)
-            return scratch[0][:, : self.span], scratch[1][:, : self.span]
+            return scratch[0][:, : self.span].unsqueeze(0), scratch[1][:, : self.span].unsqueeze(0)
         self.fmt.store(self.new[li], k_new, v_new)
         if self.fmt.converts:
             k_all, v_all = scratch[0][:, : self.span], scratch[1][:, : self.span]
             self.fmt.load(self.stored[li], k_all, v_all)
-            return k_all, v_all
+            return k_all.unsqueeze(0), v_all.unsqueeze(0)
         return self.k[li], self.v[li]
 
     @classmethod
@@ -455,8 +450,8 @@ class _Views:
             else []
         )
         return cls(
-            kv.k[:, :, a : a + span].unbind(0),
-            kv.v[:, :, a : a + span].unbind(0),
+            kv.k[:, :, a : a + span].unsqueeze(1).unbind(0),
+            kv.v[:, :, a : a + span].unsqueeze(1).unbind(0),
             stored,
             new,
             mask,

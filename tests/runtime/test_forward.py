@@ -114,9 +114,8 @@ def test_attention_mask_variants_are_bit_identical(prefix, new):
     )
     views = _Views.of(kv, new, "cpu", torch.float32, deterministic=False)
     assert views.causal == (prefix == 0) and (views.mask is None) == (prefix == 0)
-    k, v = views.k[0].unsqueeze(0), views.v[0].unsqueeze(0)
     out = F.scaled_dot_product_attention(
-        q, k, v, attn_mask=views.mask, is_causal=views.causal, enable_gqa=True
+        q, views.k[0], views.v[0], attn_mask=views.mask, is_causal=views.causal, enable_gqa=True
     )
     assert torch.equal(out, reference)
 
