@@ -26,3 +26,30 @@ def chat(engine, system: str, user: str) -> str:
 
 
 GREEDY = {"temperature": 0, "max_new_tokens": 16}
+
+
+@pytest.fixture(scope="module")
+def loaded():
+    import torch
+
+    from runtime import model_files
+
+    return model_files.load(None, torch.float32)
+
+
+@pytest.fixture(scope="module")
+def int4_engine(loaded, engine):
+    """The bundled model with int4wo-32 weights (bf16 activations), its own small pool."""
+    import torch
+
+    from runtime import Engine
+    from runtime.model import LlamaModel, ModelConfig
+
+    model = LlamaModel(
+        ModelConfig.from_hf(loaded.hf_config), loaded.state_dict, torch.bfloat16, "cpu", "int4wo-32"
+    )
+    eng = Engine.from_model(
+        model, loaded.tokenizer, "smollm2-int4wo-32", eos_ids=engine.eos_ids, max_total_tokens=8192
+    )
+    yield eng
+    eng.shutdown()

@@ -13,7 +13,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from runtime import Engine
 from runtime.attention import BLOCK, InvariantAttention, padded_length
 from runtime.model import Segment, SeqKV
 from runtime.server.args import build_parser, engine_config
@@ -87,20 +86,6 @@ def test_model_bits_do_not_depend_on_chunks_or_neighbours(which, engine, request
         logits, k = _logits(model, ids, pieces, True, neighbour)
         assert torch.equal(logits, whole), pieces
         assert torch.equal(k, k_whole), pieces
-
-
-@pytest.fixture(scope="module")
-def int4_engine():
-    from runtime import model_files
-    from runtime.model import LlamaModel, ModelConfig
-
-    loaded = model_files.load(None, torch.float32)
-    model = LlamaModel(
-        ModelConfig.from_hf(loaded.hf_config), loaded.state_dict, torch.bfloat16, "cpu", "int4wo-32"
-    )
-    eng = Engine.from_model(model, loaded.tokenizer, "smollm2-int4wo-32", max_total_tokens=8192)
-    yield eng
-    eng.shutdown()
 
 
 @pytest.mark.parametrize("kv_cache_dtype", ["bfloat16", "int8"])

@@ -29,25 +29,6 @@ TINY = ModelConfig(
 )
 
 
-@pytest.fixture(scope="module")
-def loaded():
-    from runtime import model_files
-
-    return model_files.load(None, torch.float32)
-
-
-@pytest.fixture(scope="module")
-def int4_engine(loaded, engine):
-    model = LlamaModel(
-        ModelConfig.from_hf(loaded.hf_config), loaded.state_dict, torch.bfloat16, "cpu", "int4wo-32"
-    )
-    eng = Engine.from_model(
-        model, loaded.tokenizer, "smollm2-int4wo-32", eos_ids=engine.eos_ids, max_total_tokens=8192
-    )
-    yield eng
-    eng.shutdown()
-
-
 def test_compact_forward_matches_hf_greedy_token_for_token(engine, loaded):
     for question in ("What is the capital of France?", "Write a haiku about the sea."):
         prompt = chat(engine, "You are a helpful assistant.", question)
