@@ -11,6 +11,9 @@ CPU; medians are in the JSON). `python -m evals.kv_attention`.
   grouped  SDPA without GQA expansion: each KV head's 3 query heads as 3 query rows (no mask)
   manual   softmax(q K^T) V as two batched matmuls instead of SDPA (one query token)
   folded   int8 only: levels converted, scales folded into the scores and probabilities (manual)
+  native   runtime/decode_kernel.py: the stored rows read once and converted in registers (what
+           the engine runs for decode tokens; `bf16 q` rows: a query exact in bfloat16, as with
+           bf16 activations, takes the AVX512-BF16 dot products for bf16 keys)
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import os
 import statistics
 import time
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -71,12 +75,47 @@ def variants(context: int, seed: int = 0) -> dict[str, Callable[[], None]]:
             out[f"{name} direct"] = _direct(planes, q.to(fmt.storage))
         else:
             out["int8 folded"] = _folded(planes, q, scratch)
+    out |= _native(k, v, q)
     for name, dtype in (("fp8_e4m3", torch.float8_e4m3fn), ("fp8_e5m2", torch.float8_e5m2)):
         k8, v8 = k.to(dtype), v.to(dtype)
         out[f"{name} convert"] = lambda k8=k8, v8=v8: [
             _sdpa(q, scratch[0].copy_(k8[i]), scratch[1].copy_(v8[i])) for i in range(LAYERS)
         ]
     return out
+
+
+def _native(k: torch.Tensor, v: torch.Tensor, q: torch.Tensor) -> dict[str, Callable[[], None]]:
+    """The engine's decode kernel over each format's pool-layout planes (none where it cannot build)."""
+    from runtime.decode_kernel import DecodeKernel, KernelUnavailable
+
+    try:
+        kernel = DecodeKernel.load()
+    except KernelUnavailable as e:
+        print(f"native rows skipped: {e}")
+        return {}
+    out: dict[str, Callable[[], None]] = {}
+    context = k.shape[2]
+    q1 = q.view(HEADS, HEAD_DIM)
+    for name in ("float32", "bfloat16", "float16", "int8"):
+        fmt = KVFormat.resolve(name, torch.float32, torch.float32)
+        planes = fmt.alloc(LAYERS, KV_HEADS, context, HEAD_DIM, "cpu")
+        for i in range(LAYERS):
+            fmt.store(tuple(p[i] for p in planes), k[i], v[i])
+        plan = kernel.plan(planes, fmt, 0, context, HEADS)
+        assert plan is not None
+
+        out[f"{name} native"] = _native_step(kernel, plan, q1)
+        if name == "bfloat16":
+            out["bfloat16 native, bf16 q"] = _native_step(kernel, plan, q1.bfloat16().float())
+    return out
+
+
+def _native_step(kernel: Any, plan: Any, q: torch.Tensor) -> Callable[[], None]:
+    def step() -> None:
+        for i in range(LAYERS):
+            kernel(plan, i, q)
+
+    return step
 
 
 def _direct(planes: tuple[torch.Tensor, ...], q: torch.Tensor) -> Callable[[], None]:
@@ -194,7 +233,12 @@ def markdown(results: dict[str, dict[str, float]], threads: int, load: float, re
         f"decode attention over {'/'.join(ctx)} tokens of context (30 layers) vs float32 SDPA: reading bf16 "
         f"directly (SDPA in bf16) {span('bfloat16 direct')}, converting per layer into a float32 scratch "
         f"{span('bfloat16 convert')}; int8 converted {span('int8 convert')}; fp8_e4m3 converted "
-        f"{span('fp8_e4m3 convert')}: the engine converts (bf16/fp16/int8) and refuses fp8."
+        f"{span('fp8_e4m3 convert')}; the native decode kernel {span('bfloat16 native')} (bf16), "
+        f"{span('int8 native')} (int8), {span('float32 native')} (float32): the engine runs the native kernel "
+        "for decode tokens (--attention-backend native_cpu, the default where it builds), converts for prefill "
+        "chunks and with torch_native, and refuses fp8."
+        if "bfloat16 native" in results[ctx[0]]
+        else f"{span('fp8_e4m3 convert')}: the engine converts (bf16/fp16/int8) and refuses fp8."
     )
     return "\n".join(
         [
@@ -212,7 +256,9 @@ def markdown(results: dict[str, dict[str, float]], threads: int, load: float, re
             "heads, head dim 64) from 30 distinct layers. `convert` is the engine's path "
             "(runtime/cache/kv_format.py: KVFormat.load, then float32 SDPA); `grouped` and `manual` are "
             "alternatives to SDPA for one query token; `folded` applies the int8 scales to scores and "
-            "probabilities instead of to K/V.",
+            "probabilities instead of to K/V. `native` is runtime/decode_kernel.py (the engine's decode "
+            "path by default): each stored row read once and converted in registers, split over (kv head, "
+            "256 keys) tasks on torch's OpenMP pool.",
             "",
         ]
     )

@@ -13,6 +13,8 @@ from runtime.env import env_str, offline_hub  # noqa: F401  (re-exported)
 DTYPES = ("float32", "bfloat16", "float16")
 #: weight-only quantization, named as SGLang's --torchao-config values (runtime/quant.py)
 TORCHAO_CONFIGS = ("int4wo-32", "int4wo-64", "int4wo-128", "int8wo")
+#: --attention-backend values (SGLang's flag; these two are the ones this engine has)
+ATTENTION_BACKENDS = ("native_cpu", "torch_native")
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +34,10 @@ class EngineConfig:
     #: batch-invariant kernels (SGLang's --enable-deterministic-inference; runtime/attention.py):
     #: a token's logits are the same bits cached or not, batched or alone, in any chunk
     enable_deterministic_inference: bool = False
+    #: SGLang's --attention-backend: native_cpu (one-token attention read straight from the stored
+    #: KV format, runtime/decode_kernel.py) or torch_native (PyTorch SDPA); None: native_cpu where
+    #: it builds, else torch_native. Prefill chunks always run SDPA.
+    attention_backend: str | None = None
     context_length: int | None = None
     num_threads: int | None = None
     device: str = "cpu"
@@ -84,6 +90,10 @@ class EngineConfig:
         if self.enable_deterministic_inference and self.device != "cpu":
             # batch invariance is a property of the kernels measured (runtime/attention.py): CPU, MKL
             problems.append("enable_deterministic_inference is measured for the CPU engine only (device cpu)")
+        if self.attention_backend is not None and self.attention_backend not in ATTENTION_BACKENDS:
+            problems.append(f"attention_backend must be one of {ATTENTION_BACKENDS}")
+        if self.attention_backend == "native_cpu" and self.device != "cpu":
+            problems.append("attention_backend native_cpu is a CPU kernel (device cpu)")
         if isinstance(self.kv_cache_dtype, str):
             object.__setattr__(self, "kv_cache_dtype", canonical(self.kv_cache_dtype))
             problems += kv_cache_dtype_problems(self.kv_cache_dtype)

@@ -58,7 +58,7 @@ class Engine:
             torch.set_num_threads(self.config.num_threads)
         started = time.perf_counter()
         in_fresh_thread(self._load)  # keeps the caller's thread free of an OpenMP pool (runtime/threads.py)
-        summary = engine_build.describe(self.config, self.model_name, self.pool)
+        summary = engine_build.describe(self.config, self.model_name, self.pool, self.attention_backend)
         log.info("engine ready in %.1fs: %s", time.perf_counter() - started, summary)
 
     def _load(self) -> None:
@@ -332,6 +332,11 @@ class Engine:
         return engine_stats.model_info(
             self.config, self.model.cfg, self.model_path, self.model_name, self.context_length, self.eos_ids
         )
+
+    @property
+    def attention_backend(self) -> str:
+        """What decode attention runs on (config.attention_backend as resolved at start-up)."""
+        return "native_cpu" if self.scheduler.decode_kernel is not None else "torch_native"
 
     @property
     def kv_bytes_per_token(self) -> int:

@@ -20,6 +20,7 @@ from runtime.cache.radix import RadixCache
 from runtime.cache.request_kv import PooledKV
 from runtime.cache.sessions import SessionRegistry
 from runtime.config import EngineConfig, check_pool_fits, derive_pool_size
+from runtime.decode_kernel import DecodeKernel, KernelUnavailable
 from runtime.errors import InvalidRequest
 from runtime.hf_model import HFModel
 from runtime.model import SUPPORTED, LlamaModel, ModelConfig
@@ -60,7 +61,11 @@ def build_model(config: EngineConfig, loaded: model_files.LoadedModel) -> LlamaM
     dtype, device = DTYPES[config.dtype], config.device
     if loaded.hf_config.model_type in SUPPORTED:
         return LlamaModel(
-            ModelConfig.from_hf(loaded.hf_config), loaded.state_dict, dtype, device, config.torchao_config
+            ModelConfig.from_hf(loaded.hf_config),
+            loaded.state_dict,
+            dtype,
+            device,
+            config.torchao_config,
         )
     if config.torchao_config:
         raise ValueError(f"torchao_config needs the compact forward; {loaded.hf_config.model_type} has none")
@@ -68,6 +73,26 @@ def build_model(config: EngineConfig, loaded: model_files.LoadedModel) -> LlamaM
         "%s has no compact forward: using the HF transformers fallback (slower)", loaded.hf_config.model_type
     )
     return HFModel(loaded.hf_model, dtype, device)
+
+
+def decode_kernel(config: EngineConfig, model: LlamaModel | HFModel) -> DecodeKernel | None:
+    """The native decode kernel unless the config asks for torch_native (or runs off the CPU).
+    Asked for by name, a kernel that cannot be built is an error; by default PyTorch's attention
+    takes over, with a warning that says why."""
+    if isinstance(model, HFModel) and config.attention_backend == "native_cpu":
+        raise ValueError(
+            f"attention_backend native_cpu needs the compact forward; the HF fallback for {model.cfg.arch} "
+            "runs transformers' own attention"
+        )
+    if config.attention_backend == "torch_native" or config.device != "cpu" or isinstance(model, HFModel):
+        return None
+    try:
+        return DecodeKernel.load()
+    except KernelUnavailable as e:
+        if config.attention_backend == "native_cpu":
+            raise ValueError(f"attention_backend native_cpu: {e}") from e
+        log.warning("native decode attention unavailable (%s): using torch_native", e)
+        return None
 
 
 def eos_ids(loaded: model_files.LoadedModel) -> set[int]:
@@ -136,6 +161,7 @@ def build_cache(
         config.chunked_prefill_size,
         sessions,
         config.enable_deterministic_inference,
+        decode_kernel(config, model),
     )
     tier = None
     if config.enable_hierarchical_cache:  # the KV tier (runtime/cache/tier/hooks.py): the manager calls it
@@ -146,7 +172,7 @@ def build_cache(
     return CacheParts(pool, sessions, manager, scheduler, tier)
 
 
-def describe(config: EngineConfig, name: str, pool: KVPool) -> str:
+def describe(config: EngineConfig, name: str, pool: KVPool, attention: str) -> str:
     """The start-up log line's summary of what was built."""
     quant = f" {config.torchao_config}" if config.torchao_config else ""
     return (
@@ -154,4 +180,5 @@ def describe(config: EngineConfig, name: str, pool: KVPool) -> str:
         f"KV {pool.fmt.name} {pool.capacity_bytes // pool.size} B/token), "
         f"policy {config.radix_eviction_policy}, cache {'off' if config.disable_radix_cache else 'on'}"
         + (", deterministic inference" if config.enable_deterministic_inference else "")
+        + f", attention {attention}"
     )

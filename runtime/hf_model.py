@@ -43,9 +43,11 @@ class HFModel:
         self.kv_dtype = dtype
 
     @torch.inference_mode()
-    def forward(self, segments: list[Segment], deterministic: bool = False) -> torch.Tensor:
+    def forward(
+        self, segments: list[Segment], deterministic: bool = False, decode_kernel: object = None
+    ) -> torch.Tensor:
         """Same contract as LlamaModel.forward: last-token logits [S, vocab], K/V appended.
-        Never deterministic: engine_build refuses that setting for this fallback."""
+        Never deterministic nor with a decode kernel: engine_build gives this fallback neither."""
         return torch.cat([self._one(s) for s in segments])
 
     def _one(self, seg: Segment) -> torch.Tensor:

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 
 from runtime.attention import InvariantAttention, padded_length
 from runtime.cache.kv_format import KVFormat
+from runtime.decode_kernel import DecodeKernel, DecodePlan
 from runtime.quant import Dense, Int8, Linear, WeightFormat
 
 SUPPORTED = ("llama", "qwen2", "mistral")
@@ -271,12 +272,16 @@ class LlamaModel:
         return x * cos + rotated * sin
 
     @torch.inference_mode()
-    def forward(self, segments: list[Segment], deterministic: bool = False) -> torch.Tensor:
+    def forward(
+        self, segments: list[Segment], deterministic: bool = False, decode_kernel: DecodeKernel | None = None
+    ) -> torch.Tensor:
         """Runs every segment's new tokens; returns logits of each segment's last token: [S, vocab].
 
         Appends the new tokens' K/V to each segment's SeqKV (length advances). `deterministic`:
         batch-invariant kernels (runtime/attention.py), so a token's logits and K/V are the same
-        bits whichever requests, chunk or cache hit it is computed with.
+        bits whichever requests, chunk or cache hit it is computed with. `decode_kernel`: one-token
+        segments' attention read straight from the stored KV format (runtime/decode_kernel.py;
+        not with `deterministic`); None: PyTorch's SDPA over float32 K/V.
         """
         cfg = self.cfg
         lens = [len(s.ids) for s in segments]
@@ -286,7 +291,7 @@ class LlamaModel:
         )
         cos, sin = self.cos[pos].unsqueeze(1), self.sin[pos].unsqueeze(1)  # [N, 1, hd]
         views = [
-            _Views.of(s.kv, n, self.device, self.kv_dtype, deterministic)
+            _Views.of(s.kv, n, self.device, self.kv_dtype, deterministic, decode_kernel, cfg.heads)
             for s, n in zip(segments, lens, strict=True)
         ]
         scratch = self._scratch(views, deterministic)
@@ -298,7 +303,7 @@ class LlamaModel:
             qk = self._rope(h[:, : qd + kd].view(-1, cfg.heads + cfg.kv_heads, cfg.head_dim), cos, sin)
             q, k = qk[:, : cfg.heads], qk[:, cfg.heads :]  # rotated together: half the ops
             v = h[:, qd + kd :].view(-1, cfg.kv_heads, cfg.head_dim)
-            attn = self._attend(li, views, lens, q, k, v, scratch)  # [N, qd]
+            attn = self._attend(li, views, lens, q, k, v, scratch, decode_kernel)  # [N, qd]
             x = x + mm(layer.o, attn)
             gate, up = mm(layer.gate_up, self._rms(x, layer.ln2)).chunk(2, dim=-1)
             x = x + mm(layer.down, F.silu(gate) * up)
@@ -344,7 +349,7 @@ class LlamaModel:
         into it just before its attention, so the copy is still in cache when SDPA reads it.
         Per call, not per model: sibling engines run the model concurrently. `zeros`: attention
         reads whole blocks, past what is copied in, and those rows must be finite."""
-        longest = max((vw.span for vw in views if vw.fmt.converts or vw.idx is not None), default=0)
+        longest = max((vw.span for vw in views if vw.needs_scratch), default=0)
         if not longest:
             return None
         shape = (self.cfg.kv_heads, longest, self.cfg.head_dim)
@@ -354,12 +359,19 @@ class LlamaModel:
             make(shape, dtype=self.kv_dtype, device=self.device),
         )
 
-    def _attend(self, li: int, views: list[_Views], lens: list[int], q, k, v, scratch) -> torch.Tensor:
+    def _attend(
+        self, li: int, views: list[_Views], lens: list[int], q, k, v, scratch, kernel: DecodeKernel | None
+    ) -> torch.Tensor:
         # Per request and layer this is a few ops on views prepared once per step: with several
         # requests in a step, per-op overhead here outweighed the attention arithmetic (measured).
         qs, ks, vs = q.to(self.kv_dtype).split(lens), k.split(lens), v.split(lens)
         outs = []
         for vw, n, qi, ki, vi in zip(views, lens, qs, ks, vs, strict=True):
+            if vw.decode is not None:
+                assert kernel is not None
+                vw.store(li, ki.transpose(0, 1), vi.transpose(0, 1))
+                outs.append(kernel(vw.decode, li, qi[0]))
+                continue
             k_all, v_all = vw.keys_values(li, ki.transpose(0, 1), vi.transpose(0, 1), scratch)
             if vw.deterministic:
                 outs.append(self.invariant(qi, k_all[0], v_all[0], vw.length - n))
@@ -405,13 +417,25 @@ class _Views:
     planes: tuple[torch.Tensor, ...] = ()  # gather mode: the pool's planes
     idx: torch.Tensor | None = None  # gather mode: rows of the m + n positions
     new_idx: torch.Tensor | None = None  # gather mode: rows of the n new ones
+    decode: DecodePlan | None = None  # one new token, read by the native kernel from the planes
+
+    @property
+    def needs_scratch(self) -> bool:
+        return self.decode is None and (self.fmt.converts or self.idx is not None)
+
+    def store(self, li: int, k_new: torch.Tensor, v_new: torch.Tensor) -> None:
+        """Writes layer li's new K/V ([KVH, n, hd]) where the n new positions live."""
+        if self.idx is not None:
+            assert self.new_idx is not None
+            self.fmt.store_at(tuple(p[li] for p in self.planes), self.new_idx, k_new, v_new)
+        else:
+            self.fmt.store(self.new[li], k_new, v_new)
 
     def keys_values(self, li: int, k_new, v_new, scratch) -> tuple[torch.Tensor, torch.Tensor]:
         """Stores layer li's new K/V ([KVH, n, hd]), then returns the span as [1, KVH, span, hd]."""
+        self.store(li, k_new, v_new)
         if self.idx is not None:
-            assert self.new_idx is not None
             layer = tuple(p[li] for p in self.planes)
-            self.fmt.store_at(layer, self.new_idx, k_new, v_new)
             k_all, v_all = scratch[0][:, : self.length], scratch[1][:, : self.length]
             if self.fmt.converts:
                 self.fmt.load(tuple(p.index_select(1, self.idx) for p in layer), k_all, v_all)
@@ -419,7 +443,6 @@ class _Views:
                 torch.index_select(layer[0], 1, self.idx, out=k_all)
                 torch.index_select(layer[1], 1, self.idx, out=v_all)
             return scratch[0][:, : self.span].unsqueeze(0), scratch[1][:, : self.span].unsqueeze(0)
-        self.fmt.store(self.new[li], k_new, v_new)
         if self.fmt.converts:
             k_all, v_all = scratch[0][:, : self.span], scratch[1][:, : self.span]
             self.fmt.load(self.stored[li], k_all, v_all)
@@ -427,7 +450,16 @@ class _Views:
         return self.k[li], self.v[li]
 
     @classmethod
-    def of(cls, kv: SeqKV, n: int, device: str, dtype: torch.dtype, deterministic: bool) -> _Views:
+    def of(
+        cls,
+        kv: SeqKV,
+        n: int,
+        device: str,
+        dtype: torch.dtype,
+        deterministic: bool,
+        kernel: DecodeKernel | None,
+        heads: int,
+    ) -> _Views:
         m = kv.length  # positions already stored for this request (prefix)
         span = padded_length(m + n) if deterministic else m + n
         mask = None
@@ -440,13 +472,18 @@ class _Views:
         at = kv.rows(0, m + n)
         if isinstance(at, int) and at + span > kv.k.shape[2]:  # a private buffer without the padding
             at = torch.arange(at, at + m + n, device=kv.k.device)
+        plan = None
+        if kernel is not None and n == 1 and not deterministic:
+            plan = kernel.plan(kv.planes, fmt, at, m + n, heads)
         if not isinstance(at, int):
-            return cls((), (), [], [], mask, causal, fmt, m + n, span, deterministic, kv.planes, at, at[m:])
+            return cls(
+                (), (), [], [], mask, causal, fmt, m + n, span, deterministic, kv.planes, at, at[m:], plan
+            )
         a = at  # the first row of the run
         new = list(zip(*(p[:, :, a + m : a + m + n].unbind(0) for p in kv.planes), strict=True))
         stored = (
             list(zip(*(p[:, :, a : a + span].unbind(0) for p in kv.planes), strict=True))
-            if fmt.converts
+            if fmt.converts and plan is None
             else []
         )
         return cls(
@@ -460,4 +497,5 @@ class _Views:
             m + n,
             span,
             deterministic,
+            decode=plan,
         )

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import torch
 
 from runtime.cache.manager import RadixCacheManager
+from runtime.decode_kernel import DecodeKernel
 from runtime.errors import EngineClosed
 from runtime.hf_model import HFModel
 from runtime.meters import ServeMeters
@@ -89,9 +90,10 @@ class Scheduler:
         chunk_size: int,
         sessions,
         deterministic: bool = False,
+        decode_kernel: DecodeKernel | None = None,
     ) -> None:
         self.model, self.manager, self.tokenizer = model, manager, tokenizer
-        self.deterministic = deterministic
+        self.deterministic, self.decode_kernel = deterministic, decode_kernel
         self.eos_ids, self.max_running, self.chunk_size = eos_ids, max_running, chunk_size
         self.sessions = sessions
         self.waiting: deque[Request] = deque()
@@ -274,7 +276,7 @@ class Scheduler:
             return
         segments, fed = self._build_batch()
         logits = self.model.forward(
-            segments, self.deterministic
+            segments, self.deterministic, self.decode_kernel
         ).cpu()  # sampling, grammar masks and RNGs live on the CPU
         now = time.perf_counter()
         self.meters.tokens(sum(1 for r in fed if r.prefilled and r.params.max_new_tokens), now)

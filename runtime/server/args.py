@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from runtime.cache.kv_format import KV_CACHE_DTYPES
-from runtime.config import TORCHAO_CONFIGS
+from runtime.config import ATTENTION_BACKENDS, TORCHAO_CONFIGS
 
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 DTYPES = ("auto", "float32", "float", "bfloat16", "float16", "half")
@@ -124,6 +124,14 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="batch-invariant attention and matmuls: bit-identical outputs cached or not, batched or alone "
         "(int4wo: 7-15%% slower decode; float32 weights: 1.3-1.5x slower decode)",
+    )
+    p.add_argument(
+        "--attention-backend",
+        default=None,
+        choices=ATTENTION_BACKENDS,
+        help="decode attention: native_cpu reads the stored KV format directly (built with the system C "
+        "compiler on first use), torch_native runs PyTorch SDPA over float32 K/V; default: native_cpu "
+        "where it builds",
     )
     p.add_argument("--num-threads", type=int, default=None, help="torch CPU threads")
     p.add_argument("--max-queue", type=int, default=256, help="queued requests before 503")
@@ -243,6 +251,7 @@ def engine_config(ns: argparse.Namespace) -> dict[str, Any]:
         "torchao_config": ns.torchao_config or None,
         "kv_cache_dtype": ns.kv_cache_dtype,
         "enable_deterministic_inference": ns.enable_deterministic_inference,
+        "attention_backend": ns.attention_backend,
         "context_length": ns.context_length,
         "num_threads": ns.num_threads,
         "max_queue": ns.max_queue,

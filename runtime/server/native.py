@@ -83,6 +83,7 @@ def native_router(state: ServerState) -> APIRouter:
             **state.args.public_dict(),
             **_router_fields(state, stats),
             "kv_cache_dtype": stats.get("kv_cache_dtype"),
+            "attention_backend": stats.get("attention_backend"),
             "enable_deterministic_inference": bool(config.get("enable_deterministic_inference", False)),
             "engine_config": config,
             "model_info": _model_info(state),

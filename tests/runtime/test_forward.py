@@ -93,7 +93,7 @@ def test_attention_mask_variants_are_bit_identical(prefix, new):
     reference = F.scaled_dot_product_attention(
         q, kv.k[0].unsqueeze(0), kv.v[0].unsqueeze(0), attn_mask=seen, enable_gqa=True
     )
-    views = _Views.of(kv, new, "cpu", torch.float32, deterministic=False)
+    views = _Views.of(kv, new, "cpu", torch.float32, deterministic=False, kernel=None, heads=9)
     assert views.causal == (prefix == 0) and (views.mask is None) == (prefix == 0)
     out = F.scaled_dot_product_attention(
         q, views.k[0], views.v[0], attn_mask=views.mask, is_causal=views.causal, enable_gqa=True

@@ -28,6 +28,15 @@ def test_the_flag_reaches_the_engine_config():
     assert engine_config(build_parser().parse_args([]))["kv_cache_dtype"] == "auto"
 
 
+def test_attention_backend_flag(capsys):
+    ns = build_parser().parse_args(["--attention-backend", "torch_native"])
+    assert engine_config(ns)["attention_backend"] == "torch_native"
+    assert "attention_backend" not in engine_config(build_parser().parse_args([]))  # the engine picks
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--attention-backend", "flashinfer"])
+    assert "--attention-backend: invalid choice: 'flashinfer'" in capsys.readouterr().err
+
+
 @pytest.fixture(scope="module")
 def int8_server(engine) -> Iterator[tuple[LiveServer, object]]:
     sibling = engine.sibling(kv_cache_dtype="int8", max_total_tokens=4096)
@@ -52,6 +61,7 @@ def test_server_info_and_metrics_report_the_kv_format(int8_server):
     assert again["meta_info"]["cached_tokens"] > 10 and again["output_ids"] == first["output_ids"]
     info = httpx.get(f"{live.url}/get_server_info", timeout=30).json()
     assert info["kv_cache_dtype"] == "int8" and info["engine_config"]["kv_cache_dtype"] == "int8"
+    assert info["attention_backend"] == "native_cpu"  # decode reads the int8 levels directly
     stats = info["cache_stats"]
     assert stats["kv_bytes_per_token"] == 12240  # 30 layers x 3 heads x (64 levels + a float32 scale) x K,V
     assert stats["pool_capacity_bytes"] == 4096 * 12240

@@ -1,0 +1,333 @@
+/* One decode token's GQA attention read straight from the stored KV format.
+ *
+ * Why native: with bf16/fp16/int8 KV, PyTorch's CPU path converts every layer's K/V to float32
+ * (a write and a read of twice the stored bytes) before SDPA; at 2k tokens of context that is
+ * most of a decode step (evals/kv_attention.py). Here each stored K and V row is read once,
+ * converted in registers, and used by all G query heads of its KV head.
+ *
+ * Layout (runtime/cache/kv_format.py): K and V planes of one layer are [kv_heads, rows, hd]
+ * with `head_stride` elements between heads and hd between rows; int8 planes come with float32
+ * scales [kv_heads, rows, 1] (`scale_head_stride`). The request's keys are rows start..start+n-1,
+ * or rows[0..n-1] when `rows` is not NULL (a request scattered over the pool).
+ *
+ * Work is split into (kv head, chunk of keys) tasks on torch's own OpenMP pool (this library
+ * links the libgomp already loaded by torch): each task keeps its running max, sum and
+ * weighted values (flash-decoding), merged per head at the end.
+ */
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { KV_F32 = 0, KV_BF16 = 1, KV_F16 = 2, KV_I8 = 3 };
+enum { MAX_HD = 256, MAX_G = 16, MAX_KV_HEADS = 64, CHUNK = 256 };
+
+static inline float bf16_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* One stored row -> hd floats (times its scale for int8). */
+static inline void load_row(const void *plane, int dtype, int64_t at, int hd, float scale, float *dst) {
+    switch (dtype) {
+    case KV_F32: {
+        const float *s = (const float *)plane + at;
+        for (int d = 0; d < hd; d++) dst[d] = s[d];
+        break;
+    }
+    case KV_BF16: {
+        const uint16_t *s = (const uint16_t *)plane + at;
+        for (int d = 0; d < hd; d++) dst[d] = bf16_to_f32(s[d]);
+        break;
+    }
+    case KV_F16: {
+        const _Float16 *s = (const _Float16 *)plane + at;
+        for (int d = 0; d < hd; d++) dst[d] = (float)s[d];
+        break;
+    }
+    default: {
+        const int8_t *s = (const int8_t *)plane + at;
+        for (int d = 0; d < hd; d++) dst[d] = (float)s[d] * scale;
+        break;
+    }
+    }
+}
+
+/* One request's K/V for a step, for every layer (built once per step by runtime/decode_kernel.py;
+ * the field order is its ctypes Structure's). Strides are in elements. */
+typedef struct {
+    const void *k, *v;       /* layer 0 of the K and V planes */
+    const float *ks, *vs;    /* layer 0 of the int8 scales, else NULL */
+    const int64_t *rows;     /* the n rows when scattered, else NULL: rows start..start+n-1 */
+    int64_t start, n, layer_stride, head_stride, scale_layer_stride, scale_head_stride;
+    int32_t kv_heads, g, hd, dtype, threads;
+    float scale;             /* softmax scale, applied to q here */
+} Plan;
+
+typedef struct {
+    const Plan *p;
+    const void *k, *v;
+    const float *ks, *vs;
+    const float *q;          /* [g * hd] of this kv head, times the scale */
+    const uint16_t *qb;      /* the same as bfloat16 bits where exact (else unused) */
+} Head;
+
+/* In place: scores -> exp(score - max); *m = max, *l = their sum. */
+static void softmax_part(float *s, int cnt, float *m, float *l) {
+    float mx = -FLT_MAX;
+    for (int j = 0; j < cnt; j++) mx = s[j] > mx ? s[j] : mx;
+    float sum = 0.0f;
+    for (int j = 0; j < cnt; j++) {
+        s[j] = expf(s[j] - mx);
+        sum += s[j];
+    }
+    *m = mx;
+    *l = sum;
+}
+
+/* Keys [c0, c1) of one kv head: running max m[g], sum l[g] and unnormalised acc[g][hd]
+ * (portable C; the compiler vectorises the loops over hd). */
+static void chunk_c(const Head *a, int64_t c0, int64_t c1, float *m, float *l, float *acc) {
+    const Plan *p = a->p;
+    const int g = p->g, hd = p->hd;
+    float scores[MAX_G][CHUNK];
+    float row[MAX_HD];
+    const int cnt = (int)(c1 - c0);
+    for (int j = 0; j < cnt; j++) {
+        int64_t r = p->rows ? p->rows[c0 + j] : p->start + c0 + j;
+        load_row(a->k, p->dtype, r * hd, hd, a->ks ? a->ks[r] : 1.0f, row);
+        for (int x = 0; x < g; x++) {
+            const float *qx = a->q + x * hd;
+            float s = 0.0f;
+            for (int d = 0; d < hd; d++) s += qx[d] * row[d];
+            scores[x][j] = s;
+        }
+    }
+    for (int x = 0; x < g; x++) softmax_part(scores[x], cnt, m + x, l + x);
+    memset(acc, 0, sizeof(float) * g * hd);
+    for (int j = 0; j < cnt; j++) {
+        int64_t r = p->rows ? p->rows[c0 + j] : p->start + c0 + j;
+        load_row(a->v, p->dtype, r * hd, hd, a->vs ? a->vs[r] : 1.0f, row);
+        for (int x = 0; x < g; x++) {
+            float e = scores[x][j];
+            float *ax = acc + x * hd;
+            for (int d = 0; d < hd; d++) ax[d] += e * row[d];
+        }
+    }
+}
+
+#ifdef __AVX512F__
+#include <immintrin.h>
+
+/* 16 floats of a stored row (int8: levels only; scales are applied to scores and weights). */
+static inline __attribute__((always_inline)) __m512 load16(const void *plane, const int dtype, int64_t at) {
+    switch (dtype) {
+    case KV_F32:
+        return _mm512_loadu_ps((const float *)plane + at);
+    case KV_BF16: {
+        __m256i h = _mm256_loadu_si256((const __m256i *)((const uint16_t *)plane + at));
+        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    }
+    case KV_F16:
+        return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)plane + at)));
+    default:
+        return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)((const int8_t *)plane + at))));
+    }
+}
+
+/* r[i] = sum of v[i]'s 16 lanes, for 16 vectors at once (~3 shuffles or adds per sum instead of
+ * ~8 for one horizontal reduction each). */
+static inline __m512 hsum16(const __m512 *v) {
+    __m512 a[8], b[4];
+    for (int i = 0; i < 8; i++)
+        a[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]), _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
+    for (int i = 0; i < 4; i++) {
+        __m512d x = _mm512_castps_pd(a[2 * i]), y = _mm512_castps_pd(a[2 * i + 1]);
+        b[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)), _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
+    }
+    __m512 d0 = _mm512_add_ps(_mm512_shuffle_f32x4(b[0], b[1], 0x88), _mm512_shuffle_f32x4(b[0], b[1], 0xdd));
+    __m512 d1 = _mm512_add_ps(_mm512_shuffle_f32x4(b[2], b[3], 0x88), _mm512_shuffle_f32x4(b[2], b[3], 0xdd));
+    return _mm512_add_ps(_mm512_shuffle_f32x4(d0, d1, 0x88), _mm512_shuffle_f32x4(d0, d1, 0xdd));
+}
+
+/* chunk_c with AVX-512, for hd a multiple of 16 (<= 256); inlined per (dtype, hd, g) below so
+ * the loops over hd and g unroll and the accumulators stay in registers. `bf16_dot`: q is exact
+ * in bfloat16 (bf16 activations), so the scores of bf16 keys are AVX512-BF16 dot products of
+ * the stored pairs with fp32 accumulation: no conversion of K at all, and the same products. */
+static inline __attribute__((always_inline)) void chunk_avx(const Head *a, int64_t c0, int64_t c1, float *m,
+                                                            float *l, float *acc, const int dtype, const int hd,
+                                                            const int g, const int bf16_dot) {
+    const Plan *p = a->p;
+    const int nv = hd / 16;
+    float scores[MAX_G][CHUNK] __attribute__((aligned(64)));
+    __m512 part[MAX_G][16];
+    const int cnt = (int)(c1 - c0);
+    for (int j0 = 0; j0 < cnt; j0 += 16) {
+        const int jn = cnt - j0 < 16 ? cnt - j0 : 16;
+        for (int jj = 0; jj < 16; jj++) {
+            if (jj >= jn) {
+                for (int x = 0; x < g; x++) part[x][jj] = _mm512_setzero_ps();
+                continue;
+            }
+            const int64_t r = p->rows ? p->rows[c0 + j0 + jj] : p->start + c0 + j0 + jj;
+#ifdef __AVX512BF16__
+            if (bf16_dot) {
+                const uint16_t *kr = (const uint16_t *)a->k + r * hd;
+                __m512i k2[MAX_HD / 32];
+                for (int c = 0; c < hd / 32; c++) k2[c] = _mm512_loadu_si512((const void *)(kr + 32 * c));
+                for (int x = 0; x < g; x++) {
+                    __m512 t = _mm512_setzero_ps();
+                    for (int c = 0; c < hd / 32; c++)
+                        t = _mm512_dpbf16_ps(t, (__m512bh)_mm512_loadu_si512((const void *)(a->qb + x * hd + 32 * c)),
+                                             (__m512bh)k2[c]);
+                    part[x][jj] = t;
+                }
+                continue;
+            }
+#endif
+            __m512 k[MAX_HD / 16];
+            for (int c = 0; c < nv; c++) k[c] = load16(a->k, dtype, r * hd + 16 * c);
+            for (int x = 0; x < g; x++) {
+                __m512 t = _mm512_mul_ps(_mm512_loadu_ps(a->q + x * hd), k[0]);
+                for (int c = 1; c < nv; c++) t = _mm512_fmadd_ps(_mm512_loadu_ps(a->q + x * hd + 16 * c), k[c], t);
+                part[x][jj] = t;
+            }
+        }
+        for (int x = 0; x < g; x++) _mm512_store_ps(&scores[x][j0], hsum16(part[x]));
+    }
+    if (a->ks)
+        for (int j = 0; j < cnt; j++) {
+            float sc = a->ks[p->rows ? p->rows[c0 + j] : p->start + c0 + j];
+            for (int x = 0; x < g; x++) scores[x][j] *= sc;
+        }
+    for (int x = 0; x < g; x++) softmax_part(scores[x], cnt, m + x, l + x);
+    if (a->vs)
+        for (int j = 0; j < cnt; j++) {
+            float sc = a->vs[p->rows ? p->rows[c0 + j] : p->start + c0 + j];
+            for (int x = 0; x < g; x++) scores[x][j] *= sc;
+        }
+    __m512 o[MAX_G][MAX_HD / 16];
+    for (int x = 0; x < g; x++)
+        for (int c = 0; c < nv; c++) o[x][c] = _mm512_setzero_ps();
+    for (int j = 0; j < cnt; j++) {
+        const int64_t r = p->rows ? p->rows[c0 + j] : p->start + c0 + j;
+        __m512 v[MAX_HD / 16];
+        for (int c = 0; c < nv; c++) v[c] = load16(a->v, dtype, r * hd + 16 * c);
+        for (int x = 0; x < g; x++) {
+            const __m512 e = _mm512_set1_ps(scores[x][j]);
+            for (int c = 0; c < nv; c++) o[x][c] = _mm512_fmadd_ps(e, v[c], o[x][c]);
+        }
+    }
+    for (int x = 0; x < g; x++)
+        for (int c = 0; c < nv; c++) _mm512_storeu_ps(acc + x * hd + 16 * c, o[x][c]);
+}
+
+/* Instances: SmolLM2's shape (hd 64, 3 query heads per kv head) unrolled, and any other shape. */
+#define CHUNK_AVX(NAME, DTYPE, HD, G, DOT)                                                            \
+    static void NAME(const Head *a, int64_t c0, int64_t c1, float *m, float *l, float *acc) {        \
+        chunk_avx(a, c0, c1, m, l, acc, DTYPE, HD, G, DOT);                                          \
+    }
+CHUNK_AVX(f32_64_3, KV_F32, 64, 3, 0)
+CHUNK_AVX(bf16_64_3, KV_BF16, 64, 3, 0)
+CHUNK_AVX(bf16dot_64_3, KV_BF16, 64, 3, 1)
+CHUNK_AVX(f16_64_3, KV_F16, 64, 3, 0)
+CHUNK_AVX(i8_64_3, KV_I8, 64, 3, 0)
+CHUNK_AVX(f32_any, KV_F32, a->p->hd, a->p->g, 0)
+CHUNK_AVX(bf16_any, KV_BF16, a->p->hd, a->p->g, 0)
+CHUNK_AVX(bf16dot_any, KV_BF16, a->p->hd, a->p->g, 1)
+CHUNK_AVX(f16_any, KV_F16, a->p->hd, a->p->g, 0)
+CHUNK_AVX(i8_any, KV_I8, a->p->hd, a->p->g, 0)
+#endif
+
+typedef void (*ChunkFn)(const Head *, int64_t, int64_t, float *, float *, float *);
+
+static ChunkFn pick(const Plan *p, int bf16_dot) {
+#ifdef __AVX512F__
+    static const ChunkFn fixed[4] = {f32_64_3, bf16_64_3, f16_64_3, i8_64_3};
+    static const ChunkFn any[4] = {f32_any, bf16_any, f16_any, i8_any};
+    const int dot = bf16_dot && p->dtype == KV_BF16;
+    if (p->hd == 64 && p->g == 3) return dot ? bf16dot_64_3 : fixed[p->dtype];
+    if (p->hd % 16 == 0) return dot && p->hd % 32 == 0 ? bf16dot_any : any[p->dtype];
+#else
+    (void)p;
+    (void)bf16_dot;
+#endif
+    return chunk_c;
+}
+
+/* Whether every q value is a bfloat16 (its low 16 bits are zero). */
+static int exact_bf16(const float *q, int count) {
+    for (int i = 0; i < count; i++) {
+        uint32_t u;
+        memcpy(&u, q + i, sizeof u);
+        if (u & 0xffffu) return 0;
+    }
+    return 1;
+}
+
+static size_t elem_size(int dtype) { return dtype == KV_F32 ? 4 : dtype == KV_I8 ? 1 : 2; }
+
+/* Layer `layer` of the plan: q [kv_heads * g * hd] -> out [kv_heads * g * hd]. Returns 0, or -1
+ * for a plan this kernel does not take (the caller checks plans before use). */
+int decode_attention(const Plan *p, int64_t layer, const float *q, float *out) {
+    const int kvh = p->kv_heads, g = p->g, hd = p->hd;
+    const int64_t n = p->n;
+    if (n <= 0 || g > MAX_G || hd > MAX_HD || p->dtype < KV_F32 || p->dtype > KV_I8) return -1;
+    const size_t es = elem_size(p->dtype);
+    if (kvh > MAX_KV_HEADS) return -1;
+    const int64_t chunks = (n + CHUNK - 1) / CHUNK;
+    const int64_t tasks = chunks * kvh;
+    const int64_t per = (int64_t)g * (hd + 2);
+    const int nq = kvh * g * hd;
+    /* q (scaled), q as bf16 bits, and each task's partial results, in one allocation */
+    float *qs = malloc(sizeof(float) * (nq + (nq + 1) / 2 + tasks * per) + 64);
+    if (!qs) return -1;
+    uint16_t *qb = (uint16_t *)(qs + nq);
+    float *part = qs + nq + (nq + 1) / 2;
+    for (int i = 0; i < nq; i++) qs[i] = q[i] * p->scale;
+    const int bf16_dot = p->dtype == KV_BF16 && exact_bf16(qs, nq);
+    for (int i = 0; bf16_dot && i < nq; i++) {
+        uint32_t u;
+        memcpy(&u, qs + i, sizeof u);
+        qb[i] = (uint16_t)(u >> 16);
+    }
+    const ChunkFn fn = pick(p, bf16_dot);
+    Head heads[MAX_KV_HEADS];
+    for (int h = 0; h < kvh; h++) {
+        const int64_t off = layer * p->layer_stride + h * p->head_stride;
+        const int64_t soff = layer * p->scale_layer_stride + h * p->scale_head_stride;
+        heads[h] = (Head){p, (const char *)p->k + off * es, (const char *)p->v + off * es,
+                          p->ks ? p->ks + soff : NULL, p->vs ? p->vs + soff : NULL, qs + h * g * hd, qb + h * g * hd};
+    }
+#pragma omp parallel for schedule(static) num_threads(p->threads) if (tasks > 1 && p->threads > 1)
+    for (int64_t t = 0; t < tasks; t++) {
+        const int64_t c0 = (t % chunks) * CHUNK, c1 = c0 + CHUNK < n ? c0 + CHUNK : n;
+        float *w = part + t * per;
+        fn(&heads[t / chunks], c0, c1, w, w + g, w + 2 * g);
+    }
+    for (int h = 0; h < kvh; h++) {
+        for (int x = 0; x < g; x++) {
+            float mx = -FLT_MAX;
+            for (int64_t c = 0; c < chunks; c++) {
+                float mc = part[(h * chunks + c) * per + x];
+                mx = mc > mx ? mc : mx;
+            }
+            float *o = out + ((int64_t)h * g + x) * hd;
+            memset(o, 0, sizeof(float) * hd);
+            float sum = 0.0f;
+            for (int64_t c = 0; c < chunks; c++) {
+                const float *w = part + (h * chunks + c) * per;
+                float e = expf(w[x] - mx);
+                sum += e * w[g + x];
+                const float *ac = w + 2 * g + x * hd;
+                for (int d = 0; d < hd; d++) o[d] += e * ac[d];
+            }
+            for (int d = 0; d < hd; d++) o[d] /= sum;
+        }
+    }
+    free(qs);
+    return 0;
+}

@@ -1,0 +1,194 @@
+"""Native decode attention: one token's attention read straight from the stored KV format.
+
+Why: PyTorch's CPU attention runs in float32 (its bf16/fp16 kernels measured 4-15x slower), so
+with bfloat16, float16 or int8 KV every layer's K/V was converted into a float32 scratch before
+SDPA: a write and a read of twice the stored bytes per layer and step, most of a decode step at
+2k tokens of context. runtime/csrc/decode_attention.c reads each stored row once and converts
+it in registers (measured in `python -m evals.kv_attention`: the "native" rows).
+
+How it is built: with the machine's C compiler (`$CC`, else `cc`) for this CPU (-march=native)
+on first use, into a cache keyed by the source, the flags and the compiler, so a machine builds
+it once (~1 s). It links OpenMP by soname, so in a process that imported torch it runs on
+torch's own libgomp and thread pool (two OpenMP runtimes would fight over the cores). No
+compiler, or a failed build: `KernelUnavailable`, and the engine keeps PyTorch's attention
+(`attention_backend="torch_native"` asks for that outright).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from runtime.cache.kv_format import KVFormat
+from runtime.errors import RadixAgentError
+
+SOURCE = Path(__file__).parent / "csrc" / "decode_attention.c"
+#: compiled with -ffast-math (vectorised expf, reassociated sums), linked without it: GCC 12 links
+#: crtfastmath.o into a -shared -ffast-math library, which at load turns on flush-to-zero for the
+#: whole process and would change every other op's results
+FLAGS = ("-O3", "-march=native", "-ffast-math", "-fopenmp", "-fPIC")
+LINK = ("-shared", "-fopenmp")
+#: the C side's dtype codes (enum in decode_attention.c)
+CODES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2, torch.int8: 3}
+
+
+class KernelUnavailable(RadixAgentError):
+    """The native kernel could not be built or loaded here (the message says why)."""
+
+
+class _Plan(ctypes.Structure):
+    """decode_attention.c's `Plan`, field for field."""
+
+    _fields_ = [
+        ("k", ctypes.c_void_p),
+        ("v", ctypes.c_void_p),
+        ("ks", ctypes.c_void_p),
+        ("vs", ctypes.c_void_p),
+        ("rows", ctypes.c_void_p),
+        ("start", ctypes.c_int64),
+        ("n", ctypes.c_int64),
+        ("layer_stride", ctypes.c_int64),
+        ("head_stride", ctypes.c_int64),
+        ("scale_layer_stride", ctypes.c_int64),
+        ("scale_head_stride", ctypes.c_int64),
+        ("kv_heads", ctypes.c_int32),
+        ("g", ctypes.c_int32),
+        ("hd", ctypes.c_int32),
+        ("dtype", ctypes.c_int32),
+        ("threads", ctypes.c_int32),
+        ("scale", ctypes.c_float),
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class DecodePlan:
+    """One request's K/V for one decode step, every layer: the C struct, and the tensors its
+    pointers point into (kept alive here for the step)."""
+
+    plan: _Plan
+    keep: tuple[torch.Tensor, ...]
+    heads: int
+    head_dim: int
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeKernel:
+    fn: ctypes._CFuncPtr  # type: ignore[name-defined]  # ctypes' function type has no public name
+
+    @classmethod
+    def load(cls, cache_dir: Path | None = None) -> DecodeKernel:
+        """Builds (once per machine and source) and loads the kernel. Raises KernelUnavailable."""
+        if platform.system() != "Linux":
+            raise KernelUnavailable(
+                f"the native decode kernel is built for Linux only (this is {platform.system()})"
+            )
+        path = _build(cache_dir or _cache_dir())
+        try:
+            lib = ctypes.CDLL(str(path))
+        except OSError as e:
+            raise KernelUnavailable(f"could not load {path.name}: {e}") from e
+        fn = lib.decode_attention
+        fn.argtypes = [ctypes.POINTER(_Plan), ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p]
+        fn.restype = ctypes.c_int
+        return cls(fn)
+
+    @staticmethod
+    def plan(
+        planes: tuple[torch.Tensor, ...], fmt: KVFormat, rows: int | torch.Tensor, n: int, heads: int
+    ) -> DecodePlan | None:
+        """The plan for keys at `rows` (the first of one run, or every row) of the pool-layout
+        planes ([layers, kv_heads, size, x]); None where the kernel does not take the layout."""
+        k, v = planes[0], planes[1]
+        if k.device.type != "cpu" or k.dtype not in CODES or k.stride(-1) != 1 or k.stride(-2) != k.shape[-1]:
+            return None
+        kvh, hd = k.shape[1], k.shape[3]
+        if heads % kvh or heads // kvh > 16 or hd > 256 or kvh > 64 or v.stride() != k.stride():
+            return None
+        scales = planes[2:4] if fmt.scaled else ()
+        if scales and (scales[0].stride(-2) != 1 or scales[0].stride() != scales[1].stride()):
+            return None
+        idx = None if isinstance(rows, int) else rows.to(torch.int64).contiguous()
+        plan = _Plan(
+            k.data_ptr(),
+            v.data_ptr(),
+            scales[0].data_ptr() if scales else None,
+            scales[1].data_ptr() if scales else None,
+            idx.data_ptr() if idx is not None else None,
+            rows if isinstance(rows, int) else 0,
+            n,
+            k.stride(0),
+            k.stride(1),
+            scales[0].stride(0) if scales else 0,
+            scales[0].stride(1) if scales else 0,
+            kvh,
+            heads // kvh,
+            hd,
+            CODES[k.dtype],
+            torch.get_num_threads(),
+            hd**-0.5,
+        )
+        keep = (*planes, idx) if idx is not None else planes
+        return DecodePlan(plan, keep, heads, hd)
+
+    def __call__(self, plan: DecodePlan, layer: int, q: torch.Tensor) -> torch.Tensor:
+        """Layer `layer`'s attention for one query token q ([heads, head_dim] float32): [1, heads * hd]."""
+        q = q.contiguous()
+        out = torch.empty(1, plan.heads * plan.head_dim, dtype=torch.float32)
+        if self.fn(ctypes.byref(plan.plan), layer, q.data_ptr(), out.data_ptr()) != 0:
+            raise KernelUnavailable("decode_attention refused its plan")  # plan() checked the shapes
+        return out
+
+
+def _cache_dir() -> Path:
+    base = os.environ.get("RADIXAGENT_KERNEL_DIR") or os.environ.get("XDG_CACHE_HOME")
+    return Path(base) / "radixagent" if base else Path.home() / ".cache" / "radixagent" / "kernels"
+
+
+def _build(cache_dir: Path) -> Path:
+    cc = os.environ.get("CC") or "cc"
+    if shutil.which(cc) is None:
+        raise KernelUnavailable(f"no C compiler ({cc!r} is not on PATH; set CC)")
+    try:
+        version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError) as e:
+        raise KernelUnavailable(f"{cc} --version failed: {e}") from e
+    # -march=native: the CPU is part of the key (a cache on a shared home may see other CPUs)
+    key = hashlib.sha256(
+        "\0".join([SOURCE.read_text(), *FLAGS, *LINK, version, _cpu_flags()]).encode()
+    ).hexdigest()[:16]
+    path = cache_dir / f"decode_attention-{key}.so"
+    if path.exists():
+        return path
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=cache_dir) as tmp:
+        obj, lib = Path(tmp) / "decode_attention.o", Path(tmp) / "decode_attention.so"
+        _run([cc, *FLAGS, "-c", "-o", str(obj), str(SOURCE)])
+        _run([cc, *LINK, "-o", str(lib), str(obj), "-lm"])
+        os.replace(lib, path)  # atomic: concurrent builders each leave a whole file
+    return path
+
+
+def _run(cmd: list[str]) -> None:
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    except (OSError, subprocess.SubprocessError) as e:
+        raise KernelUnavailable(f"building {SOURCE.name} failed: {e}") from e
+    if done.returncode != 0:
+        raise KernelUnavailable(f"{' '.join(cmd[:2])} failed for {SOURCE.name}: {done.stderr.strip()[-400:]}")
+
+
+def _cpu_flags() -> str:
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return platform.processor()
+    return next((line for line in info.splitlines() if line.startswith("flags")), "")

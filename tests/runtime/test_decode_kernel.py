@@ -1,0 +1,164 @@
+"""The native decode kernel (runtime/decode_kernel.py) against PyTorch's SDPA, and its fallbacks."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from runtime.cache.kv_format import KVFormat
+from runtime.config import EngineConfig
+from runtime.decode_kernel import DecodeKernel, KernelUnavailable
+from runtime.engine_build import decode_kernel
+
+
+@pytest.fixture(scope="module")
+def kernel() -> DecodeKernel:
+    return DecodeKernel.load()
+
+
+def _planes(fmt: KVFormat, layers: int, kvh: int, rows: int, hd: int, seed: int):
+    g = torch.Generator().manual_seed(seed)
+    k = torch.randn(layers, kvh, rows, hd, generator=g) * 2
+    v = torch.randn(layers, kvh, rows, hd, generator=g)
+    planes = fmt.alloc(layers, kvh, rows + 64, hd, "cpu", zeros=True)
+    for i in range(layers):
+        fmt.store(tuple(p[i][:, :rows] for p in planes), k[i], v[i])
+    return planes
+
+
+def _reference(fmt: KVFormat, planes, layer: int, rows: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """SDPA over the stored K/V converted to float32 (what torch_native computes)."""
+    kvh, hd = planes[0].shape[1], planes[0].shape[3]
+    k = torch.empty(kvh, len(rows), hd)
+    v = torch.empty(kvh, len(rows), hd)
+    fmt.load(tuple(p[layer].index_select(1, rows) for p in planes), k, v)
+    out = F.scaled_dot_product_attention(
+        q.view(1, -1, 1, hd), k.unsqueeze(0), v.unsqueeze(0), enable_gqa=True
+    )
+    return out.reshape(1, -1)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16", "int8"])
+@pytest.mark.parametrize("n", [1, 15, 16, 17, 255, 256, 257, 1000])
+def test_matches_sdpa_over_contiguous_rows(kernel, dtype, n):
+    """SmolLM2's shape (9 query heads over 3 KV heads, hd 64): chunk edges at 16 and 256 keys."""
+    fmt = KVFormat.resolve(dtype, torch.float32, torch.float32)
+    planes = _planes(fmt, 2, 3, n + 5, 64, seed=n)
+    q = torch.randn(9, 64, generator=torch.Generator().manual_seed(1))
+    plan = kernel.plan(planes, fmt, 5, n, 9)  # a run that starts at row 5
+    assert plan is not None
+    for layer in (0, 1):
+        ref = _reference(fmt, planes, layer, torch.arange(5, 5 + n), q)
+        torch.testing.assert_close(kernel(plan, layer, q), ref, atol=2e-6, rtol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int8"])
+def test_matches_sdpa_over_scattered_rows(kernel, dtype):
+    """A request whose slots are scattered over the pool: the kernel reads rows[i]."""
+    fmt = KVFormat.resolve(dtype, torch.float32, torch.float32)
+    planes = _planes(fmt, 1, 3, 600, 64, seed=3)
+    rows = torch.randperm(600, generator=torch.Generator().manual_seed(4))[:333]
+    q = torch.randn(9, 64, generator=torch.Generator().manual_seed(5))
+    plan = kernel.plan(planes, fmt, rows, len(rows), 9)
+    assert plan is not None
+    torch.testing.assert_close(kernel(plan, 0, q), _reference(fmt, planes, 0, rows, q), atol=2e-6, rtol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "heads,kvh,hd",
+    [
+        (8, 2, 128),
+        (4, 4, 64),
+        (12, 4, 48),
+        (6, 3, 40),
+    ],  # unrolled path off; hd 48: no bf16 pairs; 40: plain C
+)
+@pytest.mark.parametrize("dtype", ["bfloat16", "int8"])
+def test_other_shapes(kernel, heads, kvh, hd, dtype):
+    fmt = KVFormat.resolve(dtype, torch.float32, torch.float32)
+    planes = _planes(fmt, 1, kvh, 300, hd, seed=hd)
+    q = torch.randn(heads, hd, generator=torch.Generator().manual_seed(6))
+    plan = kernel.plan(planes, fmt, 0, 300, heads)
+    assert plan is not None
+    torch.testing.assert_close(
+        kernel(plan, 0, q), _reference(fmt, planes, 0, torch.arange(300), q), atol=2e-6, rtol=1e-4
+    )
+
+
+def test_bf16_query_takes_the_pair_dot_products_and_agrees(kernel):
+    """q exact in bfloat16 (bf16 activations) scores bf16 keys with AVX512-BF16 dot products:
+    the same products, summed in another order."""
+    fmt = KVFormat.resolve("bfloat16", torch.float32, torch.float32)
+    planes = _planes(fmt, 1, 3, 700, 64, seed=7)
+    q = torch.randn(9, 64, generator=torch.Generator().manual_seed(8)).bfloat16().float()
+    plan = kernel.plan(planes, fmt, 0, 700, 9)
+    assert plan is not None
+    ref = _reference(fmt, planes, 0, torch.arange(700), q)
+    torch.testing.assert_close(kernel(plan, 0, q), ref, atol=2e-6, rtol=1e-4)
+
+
+def test_loading_leaves_denormals_alone(kernel):
+    """Built with -ffast-math but linked without it: loading must not switch the process to
+    flush-to-zero (GCC links crtfastmath.o into -shared -ffast-math libraries)."""
+    assert (torch.tensor([1e-40]) * 1).item() != 0.0
+
+
+def test_plan_refuses_layouts_it_cannot_read(kernel):
+    fmt = KVFormat.resolve("float32", torch.float32, torch.float32)
+    planes = _planes(fmt, 1, 3, 32, 64, seed=9)
+    assert kernel.plan(planes, fmt, 0, 32, 10) is None  # 10 query heads over 3 kv heads
+    strided = tuple(p.transpose(2, 3) for p in planes)
+    assert kernel.plan(strided, fmt, 0, 32, 9) is None
+
+
+def test_no_compiler_is_a_typed_error_and_the_default_falls_back(monkeypatch, tmp_path):
+    monkeypatch.setenv("CC", "/nonexistent/cc")
+    monkeypatch.setenv("RADIXAGENT_KERNEL_DIR", str(tmp_path))
+    with pytest.raises(KernelUnavailable, match="no C compiler"):
+        DecodeKernel.load()
+    model = _FakeModel()
+    assert decode_kernel(EngineConfig(), model) is None  # default: torch_native, with a warning
+    with pytest.raises(ValueError, match="attention_backend native_cpu: no C compiler"):
+        decode_kernel(EngineConfig(attention_backend="native_cpu"), model)
+
+
+def test_config_names_the_bad_backend():
+    with pytest.raises(ValueError, match="attention_backend must be one of"):
+        EngineConfig(attention_backend="flashinfer")
+    assert decode_kernel(EngineConfig(attention_backend="torch_native"), _FakeModel()) is None
+
+
+class _FakeModel:
+    """decode_kernel only asks whether the model is the HF fallback."""
+
+
+def test_engine_decodes_with_the_kernel_and_agrees_with_torch_native(engine):
+    """The real model: the default engine runs native_cpu; a torch_native sibling over the same
+    weights gives the same greedy tokens, and one decode step's logits agree closely."""
+    from runtime.model import Segment, SeqKV
+
+    assert engine.attention_backend == "native_cpu"
+    assert engine.get_cache_stats()["attention_backend"] == "native_cpu"
+    plain = engine.sibling(attention_backend="torch_native", max_total_tokens=2048)
+    try:
+        assert plain.attention_backend == "torch_native"
+        prompt = engine.apply_chat_template(
+            [{"role": "user", "content": "Name three colours of the rainbow."}]
+        )
+        params = {"temperature": 0, "max_new_tokens": 24}
+        ours = engine.generate(prompt, sampling_params=params)["output_ids"]
+        assert plain.generate(prompt, sampling_params=params)["output_ids"] == ours
+    finally:
+        plain.shutdown()
+    model, kernel = engine.model, engine.scheduler.decode_kernel
+    ids = engine.tokenize("The quick brown fox jumps over the lazy dog. " * 30)
+    for dtype in ("bfloat16", "int8"):
+        fmt = KVFormat.resolve(dtype, model.dtype, model.kv_dtype)
+        logits = []
+        for k in (kernel, None):
+            kv = SeqKV.empty(model.cfg, len(ids) + 4, fmt, "cpu")
+            model.forward([Segment(kv, ids[:-1])])
+            logits.append(model.forward([Segment(kv, ids[-1:])], decode_kernel=k)[0])
+        torch.testing.assert_close(logits[0], logits[1], atol=2e-3, rtol=1e-3)
+        assert logits[0].argmax() == logits[1].argmax()
