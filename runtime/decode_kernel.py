@@ -83,6 +83,7 @@ class DecodePlan:
 @dataclass(frozen=True, slots=True)
 class DecodeKernel:
     fn: ctypes._CFuncPtr  # type: ignore[name-defined]  # ctypes' function type has no public name
+    int8_fn: ctypes._CFuncPtr  # type: ignore[name-defined]
 
     @classmethod
     def load(cls, cache_dir: Path | None = None) -> DecodeKernel:
@@ -99,7 +100,11 @@ class DecodeKernel:
         fn = lib.decode_attention
         fn.argtypes = [ctypes.POINTER(_Plan), ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p]
         fn.restype = ctypes.c_int
-        return cls(fn)
+        int8 = lib.int8_linear
+        p, i64 = ctypes.c_void_p, ctypes.c_int64
+        int8.argtypes = [p, p, p, p, i64, i64, i64, ctypes.c_int32]
+        int8.restype = ctypes.c_int
+        return cls(fn, int8)
 
     @staticmethod
     def plan(
@@ -145,6 +150,21 @@ class DecodeKernel:
         out = torch.empty(1, plan.heads * plan.head_dim, dtype=torch.float32)
         if self.fn(ctypes.byref(plan.plan), layer, q.data_ptr(), out.data_ptr()) != 0:
             raise KernelUnavailable("decode_attention refused its plan")  # plan() checked the shapes
+        return out
+
+    def int8_linear(
+        self, x: torch.Tensor, weight: torch.Tensor, scales32: torch.Tensor
+    ) -> torch.Tensor | None:
+        """x [m, k] times an int8 [n, k] matrix with float32 row scales: float32 [m, n]; None
+        where the kernel does not take it (more than 4 rows: PyTorch's kernel batches better)."""
+        m, k = x.shape
+        if m > 4 or weight.dtype != torch.int8 or not weight.is_contiguous() or weight.shape[1] != k:
+            return None
+        xf = x.float().contiguous()
+        out = torch.empty(m, weight.shape[0], dtype=torch.float32)
+        args = (xf.data_ptr(), weight.data_ptr(), scales32.data_ptr(), out.data_ptr(), m, weight.shape[0], k)
+        if self.int8_fn(*args, torch.get_num_threads()) != 0:
+            return None
         return out
 
 

@@ -311,7 +311,13 @@ class LlamaModel:
             s.kv.length += n
         ends = torch.tensor(lens).cumsum(0)
         if all(s.logits_from < 0 for s in segments):
-            return mm(self.lm_head, self._rms(x[(ends - 1).to(self.device)], self.norm)).float()
+            last = self._rms(x[(ends - 1).to(self.device)], self.norm)
+            if decode_kernel is not None and not deterministic and isinstance(self.lm_head, Int8):
+                # the largest matrix of a quantized model's step, read at the memory's speed
+                logits = decode_kernel.int8_linear(last, self.lm_head.weight, self.lm_head.scales32)
+                if logits is not None:
+                    return logits
+            return mm(self.lm_head, last).float()
         return self._logits_with_prompt(segments, x, ends.tolist(), mm)
 
     @staticmethod

@@ -73,13 +73,17 @@ class Int4:
 class Int8:
     weight: torch.Tensor  # int8 [N, K]
     scales: torch.Tensor  # [N]
+    #: the same scales in float32, for the native decode kernel (runtime/decode_kernel.py)
+    scales32: torch.Tensor
     bias: torch.Tensor | None = None
 
     @classmethod
     def quantize(cls, w: torch.Tensor, dtype: torch.dtype, bias: torch.Tensor | None) -> Int8:
         scale = (w.float().abs().amax(-1) / 127).clamp_min(1e-12).to(dtype)
         q = torch.round(w.float() / scale.float()[:, None]).clamp(-127, 127).to(torch.int8)
-        return cls(q.contiguous(), scale, None if bias is None else bias.to(dtype))
+        return cls(
+            q.contiguous(), scale, scale.float().contiguous(), None if bias is None else bias.to(dtype)
+        )
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         out = torch._weight_int8pack_mm(x, self.weight, self.scales)

@@ -98,6 +98,24 @@ def test_bf16_query_takes_the_pair_dot_products_and_agrees(kernel):
     torch.testing.assert_close(kernel(plan, 0, q), ref, atol=2e-6, rtol=1e-4)
 
 
+@pytest.mark.parametrize("m", [1, 2, 3, 4])
+@pytest.mark.parametrize("k", [576, 40])  # 40: not a multiple of 16, the plain C loop
+def test_int8_linear_matches_float_matmul(kernel, m, k):
+    """The quantized models' lm_head at decode: int8 rows times their float32 scales."""
+    g = torch.Generator().manual_seed(m * k)
+    w = torch.randint(-127, 128, (1000, k), dtype=torch.int8, generator=g)
+    scales = torch.rand(1000, generator=g) * 0.01
+    x = torch.randn(m, k, generator=g).bfloat16()
+    out = kernel.int8_linear(x, w, scales)
+    assert out is not None and out.dtype == torch.float32
+    torch.testing.assert_close(out, x.float() @ (w.float() * scales[:, None]).T, atol=1e-4, rtol=1e-4)
+
+
+def test_int8_linear_leaves_larger_batches_to_torch(kernel):
+    w = torch.zeros(64, 32, dtype=torch.int8)
+    assert kernel.int8_linear(torch.zeros(5, 32), w, torch.ones(64)) is None
+
+
 def test_loading_leaves_denormals_alone(kernel):
     """Built with -ffast-math but linked without it: loading must not switch the process to
     flush-to-zero (GCC links crtfastmath.o into -shared -ffast-math libraries)."""
