@@ -25,6 +25,7 @@ from evals.bench_measure import QUESTIONS, EngineRunner, Runner, Sample, essay_d
 
 GIB = 2**30
 DETERMINISTIC = "deterministic"
+TORCH_NATIVE = "torch_native"
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,12 +33,15 @@ class KVBenchConfig:
     dtypes: tuple[str, ...] = ("float32", "bfloat16", "int8")  # float16: the size and path of bfloat16
     #: these dtypes again with --enable-deterministic-inference (rows "<dtype> deterministic")
     deterministic: tuple[str, ...] = ("float32", "bfloat16", "int8")
+    #: these dtypes again with --attention-backend torch_native (rows "<dtype> torch_native"): decode
+    #: attention converting to float32 for SDPA, what the native kernel replaced
+    torch_native: tuple[str, ...] = ("bfloat16", "int8")
     contexts: tuple[int, ...] = (512, 2000, 4000)  # document tokens; prompts add ~45 of chat + question
     ttft_context: int = 2000
     questions: int = 2
     out_tokens: int = 16
     decode_tokens: int = 64
-    rounds: int = 2
+    rounds: int = 3
     torchao_config: str = "int4wo-32"
     threads: int | None = None
     peers: bool = True
@@ -54,6 +58,7 @@ class KVBenchConfig:
 QUICK_KV = KVBenchConfig(
     dtypes=("float32", "int8"),
     deterministic=("int8",),
+    torch_native=(),
     contexts=(64, 128),
     ttft_context=128,
     questions=1,
@@ -154,6 +159,10 @@ def run_kv(
         f"{d} {DETERMINISTIC}": base.sibling(kv_cache_dtype=d, enable_deterministic_inference=True)
         for d in cfg.deterministic
     }
+    engines |= {
+        f"{d} {TORCH_NATIVE}": base.sibling(kv_cache_dtype=d, attention_backend=TORCH_NATIVE)
+        for d in cfg.torch_native
+    }
     base.shutdown()  # the siblings keep the weights
     del base  # and its pool goes
     try:
@@ -198,7 +207,7 @@ def _run(
             "bytes_per_token": e.kv_bytes_per_token,
             "tokens_per_gib": GIB / e.kv_bytes_per_token,
         }
-        if cfg.suites and suites_dir is not None and not name.endswith(DETERMINISTIC):
+        if cfg.suites and suites_dir is not None and not name.endswith((DETERMINISTIC, TORCH_NATIVE)):
             from evals.run import reduced_eval
 
             say(f"kv: {name}: agent suites (reduced eval)")
@@ -307,7 +316,8 @@ def kv_markdown(out: dict[str, Any]) -> list[str]:
         f"Decode: {cfg['decode_tokens']} greedy tokens after a document of {', '.join(ctxs)} tokens (+ ~45 of "
         f"chat and question). Cached TTFT: median of {cfg['questions']} other questions per round on the "
         f"{tc}-token document. Outputs identical: each decode prompt cached in later rounds vs its cold first round. "
-        "Rows marked deterministic run with `--enable-deterministic-inference` (runtime/attention.py).",
+        "Rows marked deterministic run with `--enable-deterministic-inference` (runtime/attention.py); rows "
+        "marked torch_native with `--attention-backend torch_native` (the attention before the native kernel).",
         "",
         "| what | measured | target | met |",
         "|---|---|---|---|",
@@ -375,9 +385,12 @@ def kv_markdown(out: dict[str, Any]) -> list[str]:
         lines += ["", f"llama.cpp: skipped: {lc['skipped']}"]
     lines += [
         "",
-        "Attention converts each layer's stored K/V into a float32 scratch just before reading it: SDPA on "
-        "bf16/fp16 directly and fp8 conversion measured several times slower on this CPU "
-        "([benchmarks-kv-attention.md](benchmarks-kv-attention.md), `python -m evals.kv_attention`).",
+        "Decode tokens' attention reads the stored K/V directly in the native kernel "
+        "(`--attention-backend native_cpu`, runtime/decode_kernel.py: each row converted in registers), "
+        "and the int8 lm_head of the quantized weights runs in its int8 matrix-vector kernel; rows marked "
+        "torch_native convert each layer's K/V into a float32 scratch for SDPA instead, as prefill chunks "
+        "always do (SDPA on bf16/fp16 directly and fp8 conversion measured several times slower on this "
+        "CPU: [benchmarks-kv-attention.md](benchmarks-kv-attention.md), `python -m evals.kv_attention`).",
         "",
         "Outputs identical below 100% is not a cache bug: SDPA's flash kernel and MKL's matmuls choose their "
         "blocking from each call's shape, so a token computed alone (a decode step, the one token a full "
