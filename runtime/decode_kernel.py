@@ -84,6 +84,7 @@ class DecodePlan:
 class DecodeKernel:
     fn: ctypes._CFuncPtr  # type: ignore[name-defined]  # ctypes' function type has no public name
     int8_fn: ctypes._CFuncPtr  # type: ignore[name-defined]
+    rms_fn: ctypes._CFuncPtr  # type: ignore[name-defined]
 
     @classmethod
     def load(cls, cache_dir: Path | None = None) -> DecodeKernel:
@@ -104,7 +105,10 @@ class DecodeKernel:
         p, i64 = ctypes.c_void_p, ctypes.c_int64
         int8.argtypes = [p, p, p, p, i64, i64, i64, ctypes.c_int32]
         int8.restype = ctypes.c_int
-        return cls(fn, int8)
+        rms = lib.rms_norm_bf16
+        rms.argtypes = [p, p, p, i64, i64, ctypes.c_float]
+        rms.restype = ctypes.c_int
+        return cls(fn, int8, rms)
 
     @staticmethod
     def plan(
@@ -165,6 +169,14 @@ class DecodeKernel:
         args = (xf.data_ptr(), weight.data_ptr(), scales32.data_ptr(), out.data_ptr(), m, weight.shape[0], k)
         if self.int8_fn(*args, torch.get_num_threads()) != 0:
             return None
+        return out
+
+    def rms_norm_bf16(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        """The compact forward's RMSNorm on bfloat16 rows [m, k], the same bits as its torch ops
+        (fp32 math, rounded to bf16, times the bf16 weight, rounded), in one call."""
+        x = x.contiguous()
+        out = torch.empty_like(x)
+        self.rms_fn(x.data_ptr(), weight.data_ptr(), out.data_ptr(), x.shape[0], x.shape[1], eps)
         return out
 
 

@@ -379,3 +379,33 @@ int int8_linear(const float *x, const int8_t *w, const float *scale, float *y, i
     }
     return 0;
 }
+
+static inline float bf16_round(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;  /* nearest, ties to even (as torch) */
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* y = bf16(bf16(x * rsqrt(mean(x^2) + eps)) * w) per row: HF's LlamaRMSNorm on bfloat16
+ * activations as the compact forward computes it (fp32 math, cast back, then the weight), for the
+ * few rows of a decode step: one call instead of the ~6 ops (~35 us on this CPU) torch takes. */
+int rms_norm_bf16(const uint16_t *x, const uint16_t *w, uint16_t *y, int64_t m, int64_t k, float eps) {
+    for (int64_t r = 0; r < m; r++) {
+        const uint16_t *xr = x + r * k;
+        float ss = 0.0f;
+        for (int64_t d = 0; d < k; d++) {
+            float v = bf16_to_f32(xr[d]);
+            ss += v * v;
+        }
+        const float inv = 1.0f / sqrtf(ss / (float)k + eps);
+        for (int64_t d = 0; d < k; d++) {
+            float v = bf16_round(bf16_round(bf16_to_f32(xr[d]) * inv) * bf16_to_f32(w[d]));
+            uint32_t u;
+            memcpy(&u, &v, sizeof u);
+            y[r * k + d] = (uint16_t)(u >> 16);
+        }
+    }
+    return 0;
+}

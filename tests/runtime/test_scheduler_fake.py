@@ -34,7 +34,9 @@ class FakeModel:
 
     cfg, device, dtype, kv_dtype = CFG, "cpu", torch.float32, torch.float32
 
-    def forward(self, segments: list[Segment], deterministic: bool = False) -> torch.Tensor:
+    def forward(
+        self, segments: list[Segment], deterministic: bool = False, decode_kernel=None
+    ) -> torch.Tensor:
         rows = []
         for seg in segments:
             m, n = seg.kv.length, len(seg.ids)
