@@ -1,10 +1,14 @@
-"""Native decode attention: one token's attention read straight from the stored KV format.
+"""Native decode kernels: one token's attention read straight from the stored KV format, and,
+for quantized weights, a decode step's int8 lm_head and bf16 RMSNorms.
 
 Why: PyTorch's CPU attention runs in float32 (its bf16/fp16 kernels measured 4-15x slower), so
 with bfloat16, float16 or int8 KV every layer's K/V was converted into a float32 scratch before
 SDPA: a write and a read of twice the stored bytes per layer and step, most of a decode step at
 2k tokens of context. runtime/csrc/decode_attention.c reads each stored row once and converts
-it in registers (measured in `python -m evals.kv_attention`: the "native" rows).
+it in registers (measured in `python -m evals.kv_attention`: the "native" rows). The same
+library holds the two other pieces of a quantized model's decode step that PyTorch runs slowly
+on this CPU: the 49152x576 int8 lm_head (torch's int8 kernel ~11 GB/s, this one at the memory's
+speed) and RMSNorm on a few bf16 rows (~6 small ops of ~5 us each in torch, one call here).
 
 How it is built: with the machine's C compiler (`$CC`, else `cc`) for this CPU (-march=native)
 on first use, into a cache keyed by the source, the flags and the compiler, so a machine builds
@@ -181,8 +185,10 @@ class DecodeKernel:
 
 
 def _cache_dir() -> Path:
-    base = os.environ.get("RADIXAGENT_KERNEL_DIR") or os.environ.get("XDG_CACHE_HOME")
-    return Path(base) / "radixagent" if base else Path.home() / ".cache" / "radixagent" / "kernels"
+    """$RADIXAGENT_KERNEL_DIR, else $XDG_CACHE_HOME/radixagent/kernels (~/.cache by default)."""
+    if os.environ.get("RADIXAGENT_KERNEL_DIR"):
+        return Path(os.environ["RADIXAGENT_KERNEL_DIR"])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "radixagent" / "kernels"
 
 
 def _build(cache_dir: Path) -> Path:
