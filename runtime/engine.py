@@ -336,7 +336,7 @@ class Engine:
     @property
     def attention_backend(self) -> str:
         """What decode attention runs on (config.attention_backend as resolved at start-up)."""
-        return "native_cpu" if self.scheduler.decode_kernel is not None else "torch_native"
+        return self.scheduler.attention_backend
 
     @property
     def kv_bytes_per_token(self) -> int:

@@ -61,11 +61,7 @@ def build_model(config: EngineConfig, loaded: model_files.LoadedModel) -> LlamaM
     dtype, device = DTYPES[config.dtype], config.device
     if loaded.hf_config.model_type in SUPPORTED:
         return LlamaModel(
-            ModelConfig.from_hf(loaded.hf_config),
-            loaded.state_dict,
-            dtype,
-            device,
-            config.torchao_config,
+            ModelConfig.from_hf(loaded.hf_config), loaded.state_dict, dtype, device, config.torchao_config
         )
     if config.torchao_config:
         raise ValueError(f"torchao_config needs the compact forward; {loaded.hf_config.model_type} has none")

@@ -44,7 +44,7 @@ def cache_stats(
         "pool_capacity_tokens": pool.size,
         "pool_capacity_bytes": pool.capacity_bytes,
         "kv_cache_dtype": pool.fmt.name,
-        "attention_backend": "native_cpu" if scheduler.decode_kernel is not None else "torch_native",
+        "attention_backend": scheduler.attention_backend,
         "kv_bytes_per_token": per_token,
         "pool_free_tokens": pool.available,
         "queue_depth": scheduler.queued,

@@ -305,7 +305,7 @@ class LlamaModel:
             and len(ids) <= 16
         ):
             # a decode step's norms: one native call each instead of ~6 small torch ops (~35 us)
-            rms = functools.partial(_native_rms, decode_kernel, self.cfg.eps)
+            rms = functools.partial(decode_kernel.rms_norm_bf16, eps=self.cfg.eps)
         x = self._embed(ids)  # [N, hidden]
         qd, kd = cfg.heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim
         for li, layer in enumerate(self.layers):
@@ -403,10 +403,6 @@ class LlamaModel:
 
 def _call(f: Linear, x: torch.Tensor) -> torch.Tensor:
     return f(x)
-
-
-def _native_rms(kernel: DecodeKernel, eps: float, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    return kernel.rms_norm_bf16(x, weight, eps)
 
 
 @dataclass(frozen=True, slots=True)

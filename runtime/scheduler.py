@@ -94,6 +94,8 @@ class Scheduler:
     ) -> None:
         self.model, self.manager, self.tokenizer = model, manager, tokenizer
         self.deterministic, self.decode_kernel = deterministic, decode_kernel
+        #: what decode attention runs on (EngineConfig.attention_backend as resolved)
+        self.attention_backend = "native_cpu" if decode_kernel is not None else "torch_native"
         self.eos_ids, self.max_running, self.chunk_size = eos_ids, max_running, chunk_size
         self.sessions = sessions
         self.waiting: deque[Request] = deque()
