@@ -43,6 +43,8 @@ FLAGS = ("-O3", "-march=native", "-ffast-math", "-fopenmp", "-fPIC")
 LINK = ("-shared", "-fopenmp")
 #: the C side's dtype codes (enum in decode_attention.c)
 CODES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2, torch.int8: 3}
+#: activation dtypes `decode_layer` takes (its ACT_ enum)
+ACTS = {torch.float32: 0, torch.bfloat16: 1}
 
 
 class KernelUnavailable(RadixAgentError):
@@ -85,10 +87,36 @@ class DecodePlan:
 
 
 @dataclass(frozen=True, slots=True)
+class DecodePlans:
+    """Plans of one step's one-token requests, as the C array `decode_layer` takes."""
+
+    array: ctypes.Array  # of pointers to each plan's _Plan
+    count: int
+    heads: int
+    head_dim: int
+    keep: tuple[DecodePlan, ...]
+
+    @classmethod
+    def of(cls, plans: list[DecodePlan], act: torch.dtype) -> DecodePlans | None:
+        """None where `decode_layer` does not take them: no plans, plans of other shapes, or
+        activations in a dtype it does not take (float16 models keep the torch ops)."""
+        if (
+            not plans
+            or act not in ACTS
+            or len({(p.heads, p.head_dim) for p in plans}) != 1
+            or plans[0].head_dim % 2
+        ):
+            return None
+        array = (ctypes.POINTER(_Plan) * len(plans))(*(ctypes.pointer(p.plan) for p in plans))
+        return cls(array, len(plans), plans[0].heads, plans[0].head_dim, tuple(plans))
+
+
+@dataclass(frozen=True, slots=True)
 class DecodeKernel:
     fn: ctypes._CFuncPtr  # type: ignore[name-defined]  # ctypes' function type has no public name
     int8_fn: ctypes._CFuncPtr  # type: ignore[name-defined]
     rms_fn: ctypes._CFuncPtr  # type: ignore[name-defined]
+    layer_fn: ctypes._CFuncPtr  # type: ignore[name-defined]
 
     @classmethod
     def load(cls, cache_dir: Path | None = None) -> DecodeKernel:
@@ -112,7 +140,10 @@ class DecodeKernel:
         rms = lib.rms_norm_bf16
         rms.argtypes = [p, p, p, i64, i64, ctypes.c_float]
         rms.restype = ctypes.c_int
-        return cls(fn, int8, rms)
+        layer = lib.decode_layer
+        layer.argtypes = [p, i64, i64, ctypes.c_int32, p, i64, p, p, p]
+        layer.restype = ctypes.c_int
+        return cls(fn, int8, rms, layer)
 
     @staticmethod
     def plan(
@@ -158,6 +189,23 @@ class DecodeKernel:
         out = torch.empty(1, plan.heads * plan.head_dim, dtype=torch.float32)
         if self.fn(ctypes.byref(plan.plan), layer, q.data_ptr(), out.data_ptr()) != 0:
             raise KernelUnavailable("decode_attention refused its plan")  # plan() checked the shapes
+        return out
+
+    def layer_step(
+        self, plans: DecodePlans, layer: int, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+    ) -> torch.Tensor:
+        """The rest of layer `layer`'s attention for one-token requests, from the qkv projection's
+        rows h ([count, heads*hd + 2*kv_heads*hd], one per plan) to the o projection's input
+        ([count, heads*hd]): rope on q and K with each request's cos/sin rows ([count, hd]), K and
+        V stored in the pool's format at its newest row, attention. The same bits as the compact
+        forward's torch ops for these steps (runtime/model.py), in one call."""
+        if h.shape[0] != plans.count or h.dtype not in ACTS or cos.dtype != h.dtype or sin.dtype != h.dtype:
+            raise ValueError(f"layer_step: {h.shape[0]} rows of {h.dtype} for {plans.count} plans")
+        h, cos, sin = h.contiguous(), cos.contiguous(), sin.contiguous()
+        out = torch.empty(h.shape[0], plans.heads * plans.head_dim, dtype=h.dtype)
+        args = (h.data_ptr(), h.stride(0), cos.data_ptr(), sin.data_ptr(), out.data_ptr())
+        if self.layer_fn(plans.array, plans.count, layer, ACTS[h.dtype], *args) != 0:
+            raise KernelUnavailable("decode_layer refused its plans")  # DecodePlans.of checked them
         return out
 
     def int8_linear(

@@ -198,3 +198,64 @@ def test_engine_decodes_with_the_kernel_and_agrees_with_torch_native(engine):
             logits.append(model.forward([Segment(kv, ids[-1:])], decode_kernel=k)[0])
         torch.testing.assert_close(logits[0], logits[1], atol=2e-3, rtol=1e-3)
         assert logits[0].argmax() == logits[1].argmax()
+
+
+def _decode_steps(model, kernel, fmt: KVFormat, fused: bool, scattered: bool, monkeypatch):
+    """Two requests prefilled, then 6 decode steps together; returns (logits, tokens, planes)."""
+    import runtime.model as model_module
+    from runtime.decode_kernel import DecodePlans
+    from runtime.model import Segment, SeqKV
+
+    monkeypatch.setattr(model_module, "DecodePlans", DecodePlans if fused else _NoPlans)
+    kvs = [SeqKV.empty(model.cfg, 200, fmt, "cpu") for _ in range(2)]
+    if scattered:  # the second request's positions spread over a pool-like buffer, out of order
+        pool = SeqKV.empty(model.cfg, 400, fmt, "cpu")
+        kvs[1] = SeqKV(pool.k, pool.v, fmt=fmt, scales=pool.scales, slots=list(range(399, 199, -1)))
+    model.forward([Segment(kvs[0], list(range(300, 420)))])
+    model.forward([Segment(kvs[1], list(range(600, 650)))])
+    tokens, logits = [[11, 13]], []
+    for _ in range(6):
+        out = model.forward(
+            [Segment(kv, [t]) for kv, t in zip(kvs, tokens[-1], strict=True)], decode_kernel=kernel
+        )
+        logits.append(out)
+        tokens.append(out.argmax(-1).tolist())
+    return torch.stack(logits), tokens, [p.clone() for kv in kvs for p in kv.planes]
+
+
+class _NoPlans:
+    @staticmethod
+    def of(plans, act):
+        return None
+
+
+@pytest.mark.parametrize("scattered", [False, True])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16", "int8"])
+def test_fused_decode_layer_is_the_torch_ops_to_the_bit(
+    kernel, engine, int4_engine, dtype, scattered, monkeypatch
+):
+    """rope, the K/V store (int8: its scale and levels) and attention in one native call give the
+    same logits, tokens and stored K/V bits as the torch ops they replace, for the float32 model
+    and the int4wo-32 (bf16) one, rows in one run or scattered."""
+    for model in (engine.model, int4_engine.model):
+        fmt = KVFormat.resolve(dtype, model.dtype, model.kv_dtype)
+        fused = _decode_steps(model, kernel, fmt, True, scattered, monkeypatch)
+        plain = _decode_steps(model, kernel, fmt, False, scattered, monkeypatch)
+        assert torch.equal(fused[0], plain[0])
+        assert fused[1] == plain[1]
+        assert all(torch.equal(a, b) for a, b in zip(fused[2], plain[2], strict=True))
+
+
+def test_fused_decode_layer_rejects_rows_that_do_not_match_its_plans(kernel):
+    from runtime.decode_kernel import DecodePlans
+
+    fmt = KVFormat.resolve("bfloat16", torch.bfloat16, torch.float32)
+    planes = _planes(fmt, 2, 3, 64, 64, seed=1)
+    plan = kernel.plan(planes, fmt, 0, 10, 9)
+    assert plan is not None
+    plans = DecodePlans.of([plan], torch.bfloat16)
+    assert plans is not None and DecodePlans.of([plan], torch.float16) is None
+    h = torch.zeros(2, 9 * 64 + 2 * 3 * 64, dtype=torch.bfloat16)
+    rows = torch.zeros(2, 64, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="2 rows"):
+        kernel.layer_step(plans, 0, h, rows, rows)
