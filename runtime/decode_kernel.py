@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 
 from runtime.cache.kv_format import KVFormat
 from runtime.errors import RadixAgentError
@@ -117,6 +118,9 @@ class DecodeKernel:
     int8_fn: ctypes._CFuncPtr  # type: ignore[name-defined]
     rms_fn: ctypes._CFuncPtr  # type: ignore[name-defined]
     layer_fn: ctypes._CFuncPtr  # type: ignore[name-defined]
+    #: silu(gate) * up on bf16 rows with torch's exp, or None where its bits differ from torch's
+    #: here (checked at load over every bf16 input) or torch's exp cannot be found
+    silu_fn: tuple[ctypes._CFuncPtr, int] | None  # type: ignore[name-defined]  # (kernel, torch's exp)
 
     @classmethod
     def load(cls, cache_dir: Path | None = None) -> DecodeKernel:
@@ -143,7 +147,12 @@ class DecodeKernel:
         layer = lib.decode_layer
         layer.argtypes = [p, i64, i64, ctypes.c_int32, p, i64, p, p, p]
         layer.restype = ctypes.c_int
-        return cls(fn, int8, rms, layer)
+        silu = lib.silu_mul_bf16
+        silu.argtypes = [p, p, i64, i64, p]
+        silu.restype = ctypes.c_int
+        exp16 = _torch_exp16()
+        bound = (silu, exp16) if exp16 is not None else None
+        return cls(fn, int8, rms, layer, bound if bound is not None and _silu_matches_torch(bound) else None)
 
     @staticmethod
     def plan(
@@ -208,6 +217,13 @@ class DecodeKernel:
             raise KernelUnavailable("decode_layer refused its plans")  # DecodePlans.of checked them
         return out
 
+    def silu_mul(self, h: torch.Tensor) -> torch.Tensor:
+        """silu(gate) * up of h = [m, gate | up]: bf16 rows natively, with torch's bits."""
+        if self.silu_fn is None or h.dtype != torch.bfloat16:
+            return silu_mul(h)
+        out = _silu_call(self.silu_fn, h)
+        return silu_mul(h) if out is None else out
+
     def int8_linear(
         self, x: torch.Tensor, weight: torch.Tensor, scales32: torch.Tensor
     ) -> torch.Tensor | None:
@@ -230,6 +246,38 @@ class DecodeKernel:
         out = torch.empty_like(x)
         self.rms_fn(x.data_ptr(), weight.data_ptr(), out.data_ptr(), x.shape[0], x.shape[1], eps)
         return out
+
+
+def silu_mul(h: torch.Tensor) -> torch.Tensor:
+    """The MLP's activation, silu(gate) * up, of h = [m, gate | up] with torch's ops."""
+    gate, up = h.chunk(2, dim=-1)
+    return F.silu(gate) * up
+
+
+def _silu_call(fn: tuple[ctypes._CFuncPtr, int], h: torch.Tensor) -> torch.Tensor | None:  # type: ignore[name-defined]
+    h = h.contiguous()
+    out = torch.empty(h.shape[0], h.shape[1] // 2, dtype=h.dtype)
+    return out if fn[0](h.data_ptr(), out.data_ptr(), h.shape[0], h.shape[1] // 2, fn[1]) == 0 else None
+
+
+def _torch_exp16() -> int | None:
+    """The address of the vectorised exp torch's CPU ops use (SLEEF's, in libtorch_cpu)."""
+    try:
+        lib = ctypes.CDLL(str(Path(torch.__file__).parent / "lib" / "libtorch_cpu.so"))
+        return ctypes.cast(lib.Sleef_expf16_u10, ctypes.c_void_p).value
+    except (OSError, AttributeError):
+        return None
+
+
+def _silu_matches_torch(fn: tuple[ctypes._CFuncPtr, int]) -> bool:  # type: ignore[name-defined]
+    """Whether the native silu * up gives torch's bits for every finite bf16 gate (times up)."""
+    gate = torch.arange(-(2**15), 2**15, dtype=torch.int32).to(torch.int16).view(torch.bfloat16)
+    gate = gate[torch.isfinite(gate)]
+    gate = gate[: gate.numel() // 16 * 16]
+    up = torch.randn(gate.numel(), generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
+    h = torch.cat([gate, up]).view(1, -1)
+    ours = _silu_call(fn, h)
+    return ours is not None and torch.equal(ours, silu_mul(h))
 
 
 def _cache_dir() -> Path:

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 from runtime.attention import InvariantAttention, padded_length
 from runtime.cache.kv_format import KVFormat
-from runtime.decode_kernel import DecodeKernel, DecodePlan, DecodePlans
+from runtime.decode_kernel import DecodeKernel, DecodePlan, DecodePlans, silu_mul
 from runtime.quant import Dense, Int8, Linear, WeightFormat
 
 SUPPORTED = ("llama", "qwen2", "mistral")
@@ -292,18 +292,21 @@ class LlamaModel:
         )
         cos_rows, sin_rows = self.cos[pos], self.sin[pos]  # [N, hd]
         cos, sin = cos_rows.unsqueeze(1), sin_rows.unsqueeze(1)
-        views = [
-            _Views.of(s.kv, n, self.device, self.kv_dtype, deterministic, decode_kernel, cfg.heads)
-            for s, n in zip(segments, lens, strict=True)
-        ]
         # a step of one-token requests only (decode): rope, K/V store and attention in one native
-        # call per layer (the same bits as the torch ops below, ~20 fewer ops per layer)
-        plans = DecodePlans.of([vw.decode for vw in views if vw.decode is not None], self.dtype)
-        if plans is not None and plans.count != len(views):
-            plans = None
+        # call per layer (the same bits as the torch ops below, ~20 fewer ops per layer), and no
+        # per-layer views of the planes to build
+        plans = self._decode_plans(segments, deterministic, decode_kernel)
+        views = (
+            []
+            if plans is not None
+            else [
+                _Views.of(s.kv, n, self.device, self.kv_dtype, deterministic, decode_kernel, cfg.heads)
+                for s, n in zip(segments, lens, strict=True)
+            ]
+        )
         scratch = self._scratch(views, deterministic)
         mm = self._rows_invariant if deterministic and self._dense else _call
-        rms = self._rms
+        rms, act = self._rms, silu_mul
         if (
             decode_kernel is not None
             and not deterministic
@@ -312,6 +315,7 @@ class LlamaModel:
         ):
             # a decode step's norms: one native call each instead of ~6 small torch ops (~35 us)
             rms = functools.partial(decode_kernel.rms_norm_bf16, eps=self.cfg.eps)
+            act = decode_kernel.silu_mul  # torch's bits, one call instead of chunk, silu and mul
         x = self._embed(ids)  # [N, hidden]
         qd, kd = cfg.heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim
         for li, layer in enumerate(self.layers):
@@ -325,8 +329,7 @@ class LlamaModel:
                 v = h[:, qd + kd :].view(-1, cfg.kv_heads, cfg.head_dim)
                 attn = self._attend(li, views, lens, q, k, v, scratch, decode_kernel)  # [N, qd]
             x = x + mm(layer.o, attn)
-            gate, up = mm(layer.gate_up, rms(x, layer.ln2)).chunk(2, dim=-1)
-            x = x + mm(layer.down, F.silu(gate) * up)
+            x = x + mm(layer.down, act(mm(layer.gate_up, rms(x, layer.ln2))))
         for s, n in zip(segments, lens, strict=True):
             s.kv.length += n
         ends = torch.tensor(lens).cumsum(0)
@@ -339,6 +342,22 @@ class LlamaModel:
                     return logits
             return mm(self.lm_head, last).float()
         return self._logits_with_prompt(segments, x, ends.tolist(), mm)
+
+    def _decode_plans(
+        self, segments: list[Segment], deterministic: bool, kernel: DecodeKernel | None
+    ) -> DecodePlans | None:
+        """Every segment's native plan when the step is one new token each, else None."""
+        if kernel is None or deterministic or any(len(s.ids) != 1 for s in segments):
+            return None
+        plans = []
+        for s in segments:
+            plan = kernel.plan(
+                s.kv.planes, s.kv.format, _rows(s.kv, 1, s.kv.length + 1), s.kv.length + 1, self.cfg.heads
+            )
+            if plan is None:
+                return None
+            plans.append(plan)
+        return DecodePlans.of(plans, self.dtype)
 
     @staticmethod
     def _rows_invariant(f: Linear, x: torch.Tensor) -> torch.Tensor:
@@ -413,6 +432,16 @@ class LlamaModel:
 
 def _call(f: Linear, x: torch.Tensor) -> torch.Tensor:
     return f(x)
+
+
+def _rows(kv: SeqKV, n: int, span: int) -> int | torch.Tensor:
+    """Where a step with n new tokens reads kv's positions: the first row of one run whose
+    `span` rows fit the planes, else every row."""
+    m = kv.length
+    at = kv.rows(0, m + n)
+    if isinstance(at, int) and at + span > kv.k.shape[2]:  # a private buffer without the padding
+        return torch.arange(at, at + m + n, device=kv.k.device)
+    return at
 
 
 @dataclass(frozen=True, slots=True)
@@ -495,9 +524,7 @@ class _Views:
             )
             mask = torch.zeros(seen.shape, dtype=dtype, device=device).masked_fill_(~seen, float("-inf"))
         fmt, causal = kv.format, n > 1 and m == 0
-        at = kv.rows(0, m + n)
-        if isinstance(at, int) and at + span > kv.k.shape[2]:  # a private buffer without the padding
-            at = torch.arange(at, at + m + n, device=kv.k.device)
+        at = _rows(kv, n, span)
         plan = None
         if kernel is not None and n == 1 and not deterministic:
             plan = kernel.plan(kv.planes, fmt, at, m + n, heads)

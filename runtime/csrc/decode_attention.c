@@ -528,3 +528,46 @@ int decode_layer(const Plan *const *plans, int64_t count, int64_t layer, int32_t
     return 0;
 }
 #pragma GCC pop_options
+
+/* ---- silu(gate) * up on a decode step's few bf16 rows ([m][gate | up], `inter` each) ----
+ * torch computes silu on bf16 as float(x) / (1 + exp(-float(x))) with its vectorised exp (SLEEF's
+ * expf16_u10, passed in by runtime/decode_kernel.py from the loaded libtorch), rounds to bf16,
+ * then multiplies by up and rounds again: the same here, in one call instead of three ops
+ * (chunk, silu, mul). decode_kernel.py checks every one of the 65536 bf16 inputs against torch
+ * at load and keeps torch's ops if any differs. */
+#pragma GCC push_options
+#pragma GCC optimize("no-fast-math", "fp-contract=off")
+#ifdef __AVX512F__
+typedef __m512 (*Exp16)(__m512);
+
+static inline __m512 bf16x16_load(const uint16_t *p) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p)), 16));
+}
+
+static inline __m512 bf16x16_round(__m512 f) {  /* nearest-even, still as float */
+    const __m512i u = _mm512_castps_si512(f);
+    const __m512i t = _mm512_add_epi32(
+        u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1))));
+    return _mm512_castsi512_ps(_mm512_and_si512(t, _mm512_set1_epi32((int)0xffff0000u)));
+}
+#endif
+
+int silu_mul_bf16(const uint16_t *gu, uint16_t *out, int64_t m, int64_t inter, const void *exp16) {
+#ifdef __AVX512F__
+    if (!exp16 || inter % 16) return -1;
+    const Exp16 ex = (Exp16)exp16;
+    const __m512 one = _mm512_set1_ps(1.0f);
+    for (int64_t r = 0; r < m; r++)
+        for (int64_t j = 0; j < inter; j += 16) {
+            const __m512 g = bf16x16_load(gu + r * 2 * inter + j), u = bf16x16_load(gu + r * 2 * inter + inter + j);
+            const __m512 s = bf16x16_round(_mm512_div_ps(g, _mm512_add_ps(one, ex(_mm512_xor_ps(g, _mm512_set1_ps(-0.0f))))));
+            const __m512i y = _mm512_castps_si512(bf16x16_round(_mm512_mul_ps(s, u)));
+            _mm256_storeu_si256((__m256i *)(out + r * inter + j), _mm512_cvtepi32_epi16(_mm512_srli_epi32(y, 16)));
+        }
+    return 0;
+#else
+    (void)gu, (void)out, (void)m, (void)inter, (void)exp16;
+    return -1;
+#endif
+}
+#pragma GCC pop_options

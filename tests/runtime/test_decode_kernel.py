@@ -259,3 +259,20 @@ def test_fused_decode_layer_rejects_rows_that_do_not_match_its_plans(kernel):
     rows = torch.zeros(2, 64, dtype=torch.bfloat16)
     with pytest.raises(ValueError, match="2 rows"):
         kernel.layer_step(plans, 0, h, rows, rows)
+
+
+def test_silu_mul_is_torchs_bits_for_every_bf16_gate(kernel):
+    """The native silu(gate) * up (torch's own vectorised exp) equals torch's ops for all finite
+    bf16 gates, on decode-sized rows; other dtypes go to the torch ops."""
+    from runtime.decode_kernel import silu_mul
+
+    assert kernel.silu_fn is not None  # the load-time check passed on this machine
+    gate = torch.arange(-(2**15), 2**15, dtype=torch.int32).to(torch.int16).view(torch.bfloat16)
+    gate = gate[torch.isfinite(gate)]
+    gate = torch.cat([gate, gate.new_zeros(43 * 1536 - gate.numel())]).view(43, 1536)  # the MLP's width
+    up = torch.randn(gate.shape, generator=torch.Generator().manual_seed(3)).to(torch.bfloat16)
+    for rows in (slice(0, 1), slice(1, 4), *(slice(i, i + 13) for i in range(4, 43, 13))):
+        h = torch.cat([gate[rows], up[rows]], dim=1)
+        assert torch.equal(kernel.silu_mul(h), silu_mul(h))
+    h32 = torch.randn(2, 64)
+    assert torch.equal(kernel.silu_mul(h32), silu_mul(h32))
