@@ -571,3 +571,104 @@ int silu_mul_bf16(const uint16_t *gu, uint16_t *out, int64_t m, int64_t inter, c
 #endif
 }
 #pragma GCC pop_options
+
+/* ---- int4 weights (torchao_config int4wo-G) times a decode step's few bf16 rows ----
+ * torch's `_weight_int4pack_mm_for_cpu` dequantizes every weight with an FMA and accumulates
+ * with another (two 16-lane FMAs per 16 weights and row); for one row that is compute-bound on
+ * this CPU (~10-20 GB/s of weights, measured). Here each group of G inputs is summed as exact
+ * bf16 products a * (q - 8) with AVX512-BF16 pair dot products (32 weights per instruction),
+ * then scaled once: y += scale * sum_g + zero * sum(a_g). Float32 accumulation as torch's, in
+ * another order, so the last bits differ from torch's (not used with deterministic inference).
+ * The layout is torch's AVX-512 packing ([N/64][K][32] bytes; byte d < 16 of a row holds column
+ * d in its low nibble and d + 32 in its high one, byte 16 + d columns 16 + d and 48 + d) with
+ * bf16 [K/G][N][2] scale/zero pairs; runtime/decode_kernel.py checks it against torch at load. */
+#if defined(__AVX512BF16__) && defined(__AVX512BW__)
+static inline __attribute__((always_inline)) void int4_block(const uint16_t *a, const float *asum, int64_t k_total,
+                                                             const uint8_t *b, const uint16_t *sz, int64_t n_total,
+                                                             int group, uint16_t *c, const int m) {
+    const __m512i idx_s = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+    const __m512i idx_z = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+    const __m512i nib = _mm512_set1_epi32(0x000f000f);
+    /* word q -> bf16 bits of q - 8 (q < 16; the upper half of the table is unused) */
+    const __m512i lut = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x40e0, 0x40c0, 0x40a0,
+                                         0x4080, 0x4040, 0x4000, 0x3f80, 0x0000, (short)0xbf80, (short)0xc000,
+                                         (short)0xc040, (short)0xc080, (short)0xc0a0, (short)0xc0c0, (short)0xc0e0,
+                                         (short)0xc100);
+    const int groups = (int)(k_total / group);
+    __m512 y[4][4];
+    for (int r = 0; r < m; r++)
+        for (int i = 0; i < 4; i++) y[r][i] = _mm512_setzero_ps();
+    for (int kb = 0; kb < groups; kb++) {
+        __m512 acc[4][4];
+        for (int r = 0; r < m; r++)
+            for (int i = 0; i < 4; i++) acc[r][i] = _mm512_setzero_ps();
+        for (int64_t k = (int64_t)kb * group; k < (int64_t)(kb + 1) * group; k += 2) {
+            const uint8_t *r0 = b + k * 32, *r1 = r0 + 32;
+            __m512bh w[4];
+            for (int half = 0; half < 2; half++) {  /* bytes 16*half.. : columns 16*half+d, 32+16*half+d */
+                const __m512i d0 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(r0 + 16 * half)));
+                const __m512i d1 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(r1 + 16 * half)));
+                const __m512i pair = _mm512_or_si512(d0, _mm512_slli_epi32(d1, 16));
+                w[half] = (__m512bh)_mm512_permutexvar_epi16(_mm512_and_si512(pair, nib), lut);
+                w[half + 2] = (__m512bh)_mm512_permutexvar_epi16(_mm512_and_si512(_mm512_srli_epi32(pair, 4), nib), lut);
+            }
+            for (int r = 0; r < m; r++) {
+                uint32_t ap;
+                memcpy(&ap, a + r * k_total + k, sizeof ap);
+                const __m512bh x = (__m512bh)_mm512_set1_epi32((int)ap);
+                for (int i = 0; i < 4; i++) acc[r][i] = _mm512_dpbf16_ps(acc[r][i], w[i], x);
+            }
+        }
+        for (int i = 0; i < 4; i++) {  /* 16 (scale, zero) pairs of columns 16i..16i+15 */
+            const __m512i t = _mm512_loadu_si512((const void *)(sz + (int64_t)kb * n_total * 2 + 32 * i));
+            const __m512 lo = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(t)), 16));
+            const __m512 hi = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(t, 1)), 16));
+            const __m512 scale = _mm512_permutex2var_ps(lo, idx_s, hi), zero = _mm512_permutex2var_ps(lo, idx_z, hi);
+            for (int r = 0; r < m; r++)
+                y[r][i] = _mm512_fmadd_ps(scale, acc[r][i],
+                                          _mm512_fmadd_ps(zero, _mm512_set1_ps(asum[r * groups + kb]), y[r][i]));
+        }
+    }
+    const __m512i rnd = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1);
+    for (int r = 0; r < m; r++)
+        for (int i = 0; i < 4; i++) {  /* nearest-even to bf16 */
+            const __m512i u = _mm512_castps_si512(y[r][i]);
+            const __m512i t = _mm512_add_epi32(u, _mm512_add_epi32(rnd, _mm512_and_si512(_mm512_srli_epi32(u, 16), one)));
+            _mm256_storeu_si256((__m256i *)(c + r * n_total + 16 * i), _mm512_cvtepi32_epi16(_mm512_srli_epi32(t, 16)));
+        }
+}
+#endif
+
+/* y [m][n] (bf16) = x [m][k] (bf16) times the packed int4 matrix; m <= 4, n a multiple of 64, k
+ * of `group` (even). Returns 0, or -1 where this build or the shapes do not take it. */
+int int4_linear(const uint16_t *x, const uint8_t *packed, const uint16_t *sz, uint16_t *y, int64_t m, int64_t n,
+                int64_t k, int32_t group, int32_t threads) {
+#if defined(__AVX512BF16__) && defined(__AVX512BW__)
+    if (m <= 0 || m > 4 || n % 64 || group <= 0 || group % 2 || k % group || k / group > 512) return -1;
+    const int groups = (int)(k / group);
+    float asum[4 * 512];  /* each row's sum over each group: the zero points' weight */
+    for (int64_t r = 0; r < m; r++)
+        for (int g = 0; g < groups; g++) {
+            float s = 0.0f;
+            for (int j = 0; j < group; j++) s += bf16_to_f32(x[r * k + (int64_t)g * group + j]);
+            asum[r * groups + g] = s;
+        }
+    const int64_t blocks = n / 64;
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && blocks > 1)
+    for (int64_t nb = 0; nb < blocks; nb++) {
+        const uint8_t *b = packed + nb * k * 32;
+        const uint16_t *s = sz + nb * 64 * 2;
+        uint16_t *c = y + nb * 64;
+        switch (m) {  /* m a constant in each copy: the accumulators stay in registers */
+        case 1: int4_block(x, asum, k, b, s, n, group, c, 1); break;
+        case 2: int4_block(x, asum, k, b, s, n, group, c, 2); break;
+        case 3: int4_block(x, asum, k, b, s, n, group, c, 3); break;
+        default: int4_block(x, asum, k, b, s, n, group, c, 4); break;
+        }
+    }
+    return 0;
+#else
+    (void)x, (void)packed, (void)sz, (void)y, (void)m, (void)n, (void)k, (void)group, (void)threads;
+    return -1;
+#endif
+}
