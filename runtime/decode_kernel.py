@@ -35,7 +35,6 @@ import torch.nn.functional as F
 
 from runtime.cache.kv_format import KVFormat
 from runtime.errors import RadixAgentError
-from runtime.quant import Int4, Linear
 
 SOURCE = Path(__file__).parent / "csrc" / "decode_attention.c"
 #: compiled with -ffast-math (vectorised expf, reassociated sums), linked without it: GCC 12 links
@@ -121,9 +120,6 @@ class DecodeKernel:
     layer_fn: ctypes._CFuncPtr  # type: ignore[name-defined]
     #: silu(gate) * up on bf16 rows with torch's exp, or None where its bits differ from torch's
     #: here (checked at load over every bf16 input) or torch's exp cannot be found
-    #: None where this build has no AVX512-BF16 kernel or its results do not match torch's int4
-    #: kernel here (checked at load: the packed layout is torch's private one)
-    int4_fn: ctypes._CFuncPtr | None  # type: ignore[name-defined]
     silu_fn: tuple[ctypes._CFuncPtr, int] | None  # type: ignore[name-defined]  # (kernel, torch's exp)
 
     @classmethod
@@ -156,17 +152,7 @@ class DecodeKernel:
         silu.restype = ctypes.c_int
         exp16 = _torch_exp16()
         bound = (silu, exp16) if exp16 is not None else None
-        int4 = lib.int4_linear
-        int4.argtypes = [p, p, p, p, i64, i64, i64, ctypes.c_int32, ctypes.c_int32]
-        int4.restype = ctypes.c_int
-        return cls(
-            fn,
-            int8,
-            rms,
-            layer,
-            int4 if _int4_agrees_with_torch(int4) else None,
-            bound if bound is not None and _silu_matches_torch(bound) else None,
-        )
+        return cls(fn, int8, rms, layer, bound if bound is not None and _silu_matches_torch(bound) else None)
 
     @staticmethod
     def plan(
@@ -231,16 +217,6 @@ class DecodeKernel:
             raise KernelUnavailable("decode_layer refused its plans")  # DecodePlans.of checked them
         return out
 
-    def linear(self, f: Linear, x: torch.Tensor) -> torch.Tensor:
-        """f(x) for a decode step's few rows: int4 weights in the native kernel (bf16 pair dot
-        products, float32 sums as torch's but in another order), anything else by f itself."""
-        if self.int4_fn is None or not isinstance(f, Int4) or x.shape[0] > 4 or x.dtype != torch.bfloat16:
-            return f(x)
-        out = _int4_call(self.int4_fn, x, f)
-        if out is None:
-            return f(x)
-        return out if f.bias is None else out + f.bias
-
     def silu_mul(self, h: torch.Tensor) -> torch.Tensor:
         """silu(gate) * up of h = [m, gate | up]: bf16 rows natively, with torch's bits."""
         if self.silu_fn is None or h.dtype != torch.bfloat16:
@@ -270,30 +246,6 @@ class DecodeKernel:
         out = torch.empty_like(x)
         self.rms_fn(x.data_ptr(), weight.data_ptr(), out.data_ptr(), x.shape[0], x.shape[1], eps)
         return out
-
-
-def _int4_call(fn: ctypes._CFuncPtr, x: torch.Tensor, f: Int4) -> torch.Tensor | None:  # type: ignore[name-defined]
-    m, k = x.shape
-    n = f.scales_zeros.shape[1]
-    x = x.contiguous()
-    out = torch.empty(m, n, dtype=torch.bfloat16)
-    args = (x.data_ptr(), f.packed.data_ptr(), f.scales_zeros.data_ptr(), out.data_ptr(), m, n, k, f.group)
-    return out if fn(*args, torch.get_num_threads()) == 0 else None
-
-
-def _int4_agrees_with_torch(fn: ctypes._CFuncPtr) -> bool:  # type: ignore[name-defined]
-    """Whether the native int4 kernel reads torch's packed layout as torch does: 1-4 rows of a
-    192x256 matrix agree to bf16 rounding (a misread layout is off by the weights' own size)."""
-    g = torch.Generator().manual_seed(0)
-    f = Int4.quantize(torch.randn(192, 256, generator=g), 32, torch.bfloat16, None)
-    for m in range(1, 5):
-        x = torch.randn(m, 256, generator=g).to(torch.bfloat16)
-        ours, ref = _int4_call(fn, x, f), f(x).float()
-        if ours is None or not torch.allclose(
-            ours.float(), ref, rtol=2e-2, atol=2e-2 * ref.abs().max().item()
-        ):
-            return False
-    return True
 
 
 def silu_mul(h: torch.Tensor) -> torch.Tensor:

@@ -306,8 +306,6 @@ class LlamaModel:
         )
         scratch = self._scratch(views, deterministic)
         mm = self._rows_invariant if deterministic and self._dense else _call
-        if decode_kernel is not None and not deterministic and len(ids) <= 4:
-            mm = decode_kernel.linear  # int4 layers of a decode step: one native call each
         rms, act = self._rms, silu_mul
         if (
             decode_kernel is not None
