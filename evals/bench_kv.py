@@ -387,8 +387,9 @@ def kv_markdown(out: dict[str, Any]) -> list[str]:
         "",
         "Decode tokens' attention reads the stored K/V directly in the native kernel "
         "(`--attention-backend native_cpu`, runtime/decode_kernel.py: each row converted in registers), "
-        "and the int8 lm_head of the quantized weights runs in its int8 matrix-vector kernel; rows marked "
-        "torch_native convert each layer's K/V into a float32 scratch for SDPA instead, as prefill chunks "
+        "with each layer's rope and K/V store in the same call; the quantized weights' int8 lm_head, "
+        "RMSNorms and silu*up of a decode step run in the same library; rows marked torch_native run "
+        "PyTorch's ops for all of it and convert each layer's K/V into a float32 scratch for SDPA, as prefill chunks "
         "always do (SDPA on bf16/fp16 directly and fp8 conversion measured several times slower on this "
         "CPU: [benchmarks-kv-attention.md](benchmarks-kv-attention.md), `python -m evals.kv_attention`).",
         "",

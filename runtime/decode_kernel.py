@@ -1,5 +1,6 @@
-"""Native decode kernels: one token's attention read straight from the stored KV format, and,
-for quantized weights, a decode step's int8 lm_head and bf16 RMSNorms.
+"""Native decode kernels: one token's attention read straight from the stored KV format (with,
+in a decode-only step, the layer's rope and K/V store in the same call), and, for quantized
+weights, a decode step's int8 lm_head, bf16 RMSNorms and silu(gate)*up.
 
 Why: PyTorch's CPU attention runs in float32 (its bf16/fp16 kernels measured 4-15x slower), so
 with bfloat16, float16 or int8 KV every layer's K/V was converted into a float32 scratch before
@@ -9,6 +10,16 @@ it in registers (measured in `python -m evals.kv_attention`: the "native" rows).
 library holds the two other pieces of a quantized model's decode step that PyTorch runs slowly
 on this CPU: the 49152x576 int8 lm_head (torch's int8 kernel ~11 GB/s, this one at the memory's
 speed) and RMSNorm on a few bf16 rows (~6 small ops of ~5 us each in torch, one call here).
+Later additions, for the same reason (a 135M model's decode step is ~40 small ops per layer):
+`layer_step` (rope, K/V store and attention: torch's exact roundings, ~20 ops fewer per layer),
+and `silu_mul` (torch's bits, with torch's own SLEEF exp).
+
+Which of these give torch's bits: the rope, K/V store, silu*up and the conversions around
+attention do (tested to the bit); the attention, int8 lm_head and RMSNorm sum in
+another order (last-bit differences). None is used with deterministic inference.
+The int4 layers keep torch's kernel: a native one (bf16 pair dot products per group) ran the
+model's shapes 1.3-1.7x faster, but summed in another order, and the bench's cold-vs-cached
+outputs went from 67% to 0% identical, for ~0.5 ms of a 9 ms step.
 
 How it is built: with the machine's C compiler (`$CC`, else `cc`) for this CPU (-march=native)
 on first use, into a cache keyed by the source, the flags and the compiler, so a machine builds
