@@ -75,13 +75,19 @@ typedef struct {
     const uint16_t *qb;      /* the same as bfloat16 bits where exact (else unused) */
 } Head;
 
+/* Weights below exp(-60) are taken as 0: they cannot move a float32 sum that holds the max's 1,
+ * and a peaked head's far-off keys would otherwise give subnormal weights (and subnormal products
+ * with V), which this CPU computes ~100x slower: a 2k-token step measured 4x slower with them. */
+#define MIN_LOGIT (-60.0f)
+
 /* In place: scores -> exp(score - max); *m = max, *l = their sum. */
 static void softmax_part(float *s, int cnt, float *m, float *l) {
     float mx = -FLT_MAX;
     for (int j = 0; j < cnt; j++) mx = s[j] > mx ? s[j] : mx;
     float sum = 0.0f;
     for (int j = 0; j < cnt; j++) {
-        s[j] = expf(s[j] - mx);
+        const float d = s[j] - mx;
+        s[j] = d < MIN_LOGIT ? 0.0f : expf(fmaxf(d, MIN_LOGIT));  /* (libmvec's expf takes a slow path for far-off inputs) */
         sum += s[j];
     }
     *m = mx;
@@ -320,7 +326,8 @@ int decode_attention(const Plan *p, int64_t layer, const float *q, float *out) {
             float sum = 0.0f;
             for (int64_t c = 0; c < chunks; c++) {
                 const float *w = part + (h * chunks + c) * per;
-                float e = expf(w[x] - mx);
+                const float d = w[x] - mx;
+                const float e = d < MIN_LOGIT ? 0.0f : expf(fmaxf(d, MIN_LOGIT));
                 sum += e * w[g + x];
                 const float *ac = w + 2 * g + x * hd;
                 for (int d = 0; d < hd; d++) o[d] += e * ac[d];

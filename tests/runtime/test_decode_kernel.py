@@ -86,6 +86,21 @@ def test_other_shapes(kernel, heads, kvh, hd, dtype):
     )
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int8"])
+@pytest.mark.parametrize("peak", [30.0, 300.0])
+def test_peaked_heads_agree(kernel, dtype, peak):
+    """Scores hundreds apart (a head that attends to a few keys): the far-off keys' weights,
+    below exp(-60), count as 0 (they cannot move the float32 sums), and no weight is NaN."""
+    fmt = KVFormat.resolve(dtype, torch.float32, torch.float32)
+    planes = _planes(fmt, 1, 3, 900, 64, seed=9)
+    q = torch.randn(9, 64, generator=torch.Generator().manual_seed(10)) * peak
+    plan = kernel.plan(planes, fmt, 0, 900, 9)
+    assert plan is not None
+    out = kernel(plan, 0, q)
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out, _reference(fmt, planes, 0, torch.arange(900), q), atol=2e-5, rtol=1e-4)
+
+
 def test_bf16_query_takes_the_pair_dot_products_and_agrees(kernel):
     """q exact in bfloat16 (bf16 activations) scores bf16 keys with AVX512-BF16 dot products:
     the same products, summed in another order."""
