@@ -52,9 +52,12 @@ bench-tier: $(STAMP)
 	$(PY) -m evals.bench_tier --out docs/bench_tier.md
 
 # llama.cpp for the peer comparison, in its own venv: never a project dependency (~7 min build).
+# AMX off: on CPUs that have it, -march=native builds ggml's AMX matmul, which crashes
+# (SIGSEGV in ggml_backend_amx_mul_mat) on the bundled Q4_1 model with llama-cpp-python 0.3.36.
 bench-peers-setup:
 	test -x .bench-env/bin/python || python3 -m venv .bench-env
-	CMAKE_ARGS="-DGGML_NATIVE=ON" CMAKE_BUILD_PARALLEL_LEVEL=2 .bench-env/bin/pip install llama-cpp-python==0.3.36
+	CMAKE_ARGS="-DGGML_NATIVE=ON -DCMAKE_C_FLAGS='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16' -DCMAKE_CXX_FLAGS='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16'" \
+		CMAKE_BUILD_PARALLEL_LEVEL=2 .bench-env/bin/pip install --force-reinstall --no-cache-dir llama-cpp-python==0.3.36
 
 # On a GPU host with torch already installed: the host's python, not the CPU venv.
 bench-gpu:

@@ -388,10 +388,14 @@ def kv_markdown(out: dict[str, Any]) -> list[str]:
         "Decode tokens' attention reads the stored K/V directly in the native kernel "
         "(`--attention-backend native_cpu`, runtime/decode_kernel.py: each row converted in registers), "
         "with each layer's rope and K/V store in the same call; the quantized weights' int8 lm_head, "
-        "RMSNorms and silu*up of a decode step run in the same library; rows marked torch_native run "
+        "RMSNorms and silu*up of a decode step run in the same library, and its attention and lm_head "
+        "prefetch the rows they read next (a 2k-token step's K/V and weights do not stay in cache "
+        "between steps: without prefetches both ran at the memory's latency, ~10-13 GB/s); rows marked torch_native run "
         "PyTorch's ops for all of it and convert each layer's K/V into a float32 scratch for SDPA, as prefill chunks "
         "always do (SDPA on bf16/fp16 directly and fp8 conversion measured several times slower on this "
-        "CPU: [benchmarks-kv-attention.md](benchmarks-kv-attention.md), `python -m evals.kv_attention`).",
+        "CPU: [benchmarks-kv-attention.md](benchmarks-kv-attention.md), `python -m evals.kv_attention`). "
+        "llama.cpp is llama-cpp-python built by `make bench-peers-setup` for this CPU (-march=native, "
+        "AMX off: ggml's AMX matmul crashes on the bundled Q4_1 model), its default f16 KV.",
         "",
         "Outputs identical below 100% is not a cache bug: SDPA's flash kernel and MKL's matmuls choose their "
         "blocking from each call's shape, so a token computed alone (a decode step, the one token a full "

@@ -11,10 +11,7 @@ from evals.bench_measure import Sample
 
 BENCH_ENV = Path(__file__).resolve().parents[2] / ".bench-env"  # the repository root's
 WORKER = Path(__file__).with_name("llamacpp_worker.py")
-SETUP = (
-    'python3 -m venv .bench-env && CMAKE_ARGS="-DGGML_NATIVE=ON" '
-    ".bench-env/bin/pip install llama-cpp-python==0.3.36   # source build, ~7 min on 2 cores"
-)
+SETUP = "make bench-peers-setup   # a source build of llama-cpp-python 0.3.36 (AMX off), ~7 min on 2 cores"
 
 
 class PeerUnavailable(RuntimeError):
