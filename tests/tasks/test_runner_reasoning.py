@@ -179,3 +179,15 @@ def test_reasoning_probe_scores_the_first_forced_calculator_call(engine: Any) ->
     # The first action is forced to be a calculator call: an expression over the problem's numbers.
     assert expression is not None and value == str(evaluate(expression))
     engine.check_integrity()
+
+
+def test_probe_ranks_the_gold_value_by_how_often_the_attempts_gave_it() -> None:
+    from evals.reasoning_probe import Attempt
+
+    q = Question(id="p2", question="?", answer=["120"])
+    # greedy 7, samples: 9 twice, 120 once, a failed call: 9 is the most frequent, then 7, then 120
+    attempt = Attempt("set", q, "3+4", "7", ("9", "120", "9", None))
+    assert not attempt.correct
+    assert attempt.gold_rank() == 2
+    assert Attempt("set", q, "3+4", "7", ("9", None)).gold_rank() is None
+    assert Attempt("set", q, "100+20", "120").gold_rank() == 0
