@@ -94,5 +94,5 @@ def test_bench_gpu_tiny_runs_on_cpu(tmp_path, monkeypatch):
 def test_llama_cpp_peer_without_its_env_says_how_to_set_it_up(tmp_path):
     from evals.peers.llamacpp import LlamaCppRunner, PeerUnavailable
 
-    with pytest.raises(PeerUnavailable, match="pip install llama-cpp-python"):
+    with pytest.raises(PeerUnavailable, match="make bench-peers-setup"):
         LlamaCppRunner("model.gguf", env=tmp_path)
