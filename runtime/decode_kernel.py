@@ -16,7 +16,9 @@ and `silu_mul` (torch's bits, with torch's own SLEEF exp).
 
 Which of these give torch's bits: the rope, K/V store, silu*up and the conversions around
 attention do (tested to the bit); the attention, int8 lm_head and RMSNorm sum in
-another order (last-bit differences). None is used with deterministic inference.
+another order (last-bit differences). None is used with deterministic inference, which takes
+one kernel of its own from this library instead: `linear_f32`, a float32 matmul whose every
+output is summed in one fixed order (MKL's sgemm changes its blocking with the row count).
 The int4 layers keep torch's kernel: a native one (bf16 pair dot products per group) ran the
 model's shapes 1.3-1.7x faster, but summed in another order, and the bench's cold-vs-cached
 outputs went from 67% to 0% identical, for ~0.5 ms of a 9 ms step.
@@ -129,6 +131,7 @@ class DecodeKernel:
     int8_fn: ctypes._CFuncPtr  # type: ignore[name-defined]
     rms_fn: ctypes._CFuncPtr  # type: ignore[name-defined]
     layer_fn: ctypes._CFuncPtr  # type: ignore[name-defined]
+    linear_fn: ctypes._CFuncPtr  # type: ignore[name-defined]
     #: silu(gate) * up on bf16 rows with torch's exp, or None where its bits differ from torch's
     #: here (checked at load over every bf16 input) or torch's exp cannot be found
     silu_fn: tuple[ctypes._CFuncPtr, int] | None  # type: ignore[name-defined]  # (kernel, torch's exp)
@@ -158,12 +161,16 @@ class DecodeKernel:
         layer = lib.decode_layer
         layer.argtypes = [p, i64, i64, ctypes.c_int32, p, i64, p, p, p]
         layer.restype = ctypes.c_int
+        linear = lib.linear_f32_invariant
+        linear.argtypes = [p, p, p, p, i64, i64, i64, ctypes.c_int32]
+        linear.restype = ctypes.c_int
         silu = lib.silu_mul_bf16
         silu.argtypes = [p, p, i64, i64, p]
         silu.restype = ctypes.c_int
         exp16 = _torch_exp16()
         bound = (silu, exp16) if exp16 is not None else None
-        return cls(fn, int8, rms, layer, bound if bound is not None and _silu_matches_torch(bound) else None)
+        silu_ok = bound if bound is not None and _silu_matches_torch(bound) else None
+        return cls(fn, int8, rms, layer, linear, silu_ok)
 
     @staticmethod
     def plan(
@@ -248,6 +255,30 @@ class DecodeKernel:
         args = (xf.data_ptr(), weight.data_ptr(), scales32.data_ptr(), out.data_ptr(), m, weight.shape[0], k)
         if self.int8_fn(*args, torch.get_num_threads()) != 0:
             return None
+        return out
+
+    def linear_f32(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        """x [m, k] @ weight [n, k]^T (+ bias) in float32 with every output summed in one fixed
+        order: a row's result is the same bits whatever rows share the call (deterministic
+        inference; MKL's sgemm changes its blocking, and so the last bits, with the row count)."""
+        x = x.contiguous()
+        m, k = x.shape
+        if weight.dtype != torch.float32 or x.dtype != torch.float32 or weight.shape[1] != k:
+            raise ValueError(f"linear_f32: {x.dtype} [{m}, {k}] times {weight.dtype} {list(weight.shape)}")
+        w = weight.contiguous()
+        b = None if bias is None else bias.float().contiguous()
+        out = torch.empty(m, w.shape[0], dtype=torch.float32)
+        args = (
+            x.data_ptr(),
+            w.data_ptr(),
+            None if b is None else b.data_ptr(),
+            out.data_ptr(),
+            m,
+            w.shape[0],
+            k,
+        )
+        if self.linear_fn(*args, torch.get_num_threads()) != 0:
+            raise ValueError(f"linear_f32 refused [{m}, {k}] x {list(w.shape)}")
         return out
 
     def rms_norm_bf16(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:

@@ -305,7 +305,7 @@ class LlamaModel:
             ]
         )
         scratch = self._scratch(views, deterministic)
-        mm = self._rows_invariant if deterministic and self._dense else _call
+        mm = self._invariant_mm(decode_kernel) if deterministic and self._dense else _call
         rms, act = self._rms, silu_mul
         if (
             decode_kernel is not None
@@ -359,10 +359,24 @@ class LlamaModel:
             plans.append(plan)
         return DecodePlans.of(plans, self.dtype)
 
+    def _invariant_mm(self, kernel: DecodeKernel | None) -> Callable[[Linear, torch.Tensor], torch.Tensor]:
+        """Dense matmuls whose rows do not depend on the rows beside them: the native fixed-order
+        float32 kernel, or, without it, MKL with the row counts padded (`_rows_invariant`)."""
+        if kernel is None or self.dtype != torch.float32:
+            return self._rows_invariant
+
+        def mm(f: Linear, x: torch.Tensor) -> torch.Tensor:
+            assert isinstance(f, Dense)  # _dense: every linear layer is
+            return kernel.linear_f32(x, f.weight, f.bias)
+
+        return mm
+
     @staticmethod
     def _rows_invariant(f: Linear, x: torch.Tensor) -> torch.Tensor:
         """f(x) computed as MKL computes rows among many: fewer than 12 rows go in as a multiple
-        of 4 (4 and 8 rows measured like 12 and more), zero rows added and their outputs dropped."""
+        of 4, zero rows added and their outputs dropped. Measured on an AMD EPYC (4 and 8 rows like
+        12 and more); an Intel Xeon's MKL differs up to 15 rows and at some larger counts, so this
+        is only the fallback where the native kernel cannot be built (`_invariant_mm`)."""
         m = x.shape[0]
         if m >= 12 or m % 4 == 0:
             return f(x)

@@ -617,3 +617,92 @@ int silu_mul_bf16(const uint16_t *gu, uint16_t *out, int64_t m, int64_t inter, c
 #endif
 }
 #pragma GCC pop_options
+
+/* ---- y = x w^T + b in float32, each output summed in one order whatever the shapes ----
+ * For --enable-deterministic-inference with float32 weights: MKL's sgemm picks its kernel and
+ * its K blocking from the call's shape, so a row's results change with the number of rows beside
+ * it (measured on an Intel Xeon: 1-15 rows, and 64-160 rows with K = 1536, differ from 1100).
+ * Here y[m][n] is always the same chain: 16 lanes of FMAs over k in steps of 16, in k order, a
+ * fixed reduction of the lanes, then the K % 16 tail in k order, then the bias; a thread computes
+ * whole outputs. Tiles of 4 rows x 4 outputs keep 16 chains in flight. */
+#pragma GCC push_options
+#pragma GCC optimize("no-fast-math", "fp-contract=off")
+static inline float lanes_sum(const float *l) {  /* ((l0+l1)+(l2+l3))+... pairwise, fixed */
+    float a[8], b[4], c[2];
+    for (int i = 0; i < 8; i++) a[i] = l[2 * i] + l[2 * i + 1];
+    for (int i = 0; i < 4; i++) b[i] = a[2 * i] + a[2 * i + 1];
+    for (int i = 0; i < 2; i++) c[i] = b[2 * i] + b[2 * i + 1];
+    return c[0] + c[1];
+}
+
+static inline float tail_add(float s, const float *x, const float *w, int64_t k0, int64_t k) {
+    for (int64_t d = k0; d < k; d++) s = s + x[d] * w[d];
+    return s;
+}
+
+#ifdef __AVX512F__
+static inline __attribute__((always_inline)) void tile_body(const float *x, const float *w, const float *bias,
+                                                            float *y, int64_t m0, const int mr, int64_t n0,
+                                                            const int nr, int64_t n_out, int64_t k) {
+    __m512 acc[4][4];
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 4; j++) acc[i][j] = _mm512_setzero_ps();
+    const int64_t kv = k / 16 * 16;
+    for (int64_t d = 0; d < kv; d += 16) {
+        __m512 xv[4], wv[4];
+        for (int i = 0; i < mr; i++) xv[i] = _mm512_loadu_ps(x + (m0 + i) * k + d);
+        for (int j = 0; j < nr; j++) wv[j] = _mm512_loadu_ps(w + (n0 + j) * k + d);
+        for (int i = 0; i < mr; i++)
+            for (int j = 0; j < nr; j++) acc[i][j] = _mm512_fmadd_ps(xv[i], wv[j], acc[i][j]);
+    }
+    float lanes[16];
+    for (int i = 0; i < mr; i++)
+        for (int j = 0; j < nr; j++) {
+            _mm512_storeu_ps(lanes, acc[i][j]);
+            float s = tail_add(lanes_sum(lanes), x + (m0 + i) * k, w + (n0 + j) * k, kv, k);
+            y[(m0 + i) * n_out + n0 + j] = bias ? s + bias[n0 + j] : s;
+        }
+}
+
+static void tile_f32(const float *x, const float *w, const float *bias, float *y, int64_t m0, int64_t mr,
+                     int64_t n0, int64_t nr, int64_t n_out, int64_t k) {
+    if (mr == 4 && nr == 4) /* constant bounds: the 16 accumulators stay in registers */
+        tile_body(x, w, bias, y, m0, 4, n0, 4, n_out, k);
+    else if (mr == 1 && nr == 4) /* a decode step's one row */
+        tile_body(x, w, bias, y, m0, 1, n0, 4, n_out, k);
+    else
+        tile_body(x, w, bias, y, m0, (int)mr, n0, (int)nr, n_out, k);
+}
+#else
+static void tile_f32(const float *x, const float *w, const float *bias, float *y, int64_t m0, int64_t mr,
+                     int64_t n0, int64_t nr, int64_t n_out, int64_t k) {
+    const int64_t kv = k / 16 * 16;
+    for (int i = 0; i < mr; i++)
+        for (int j = 0; j < nr; j++) {
+            const float *xr = x + (m0 + i) * k, *wr = w + (n0 + j) * k;
+            float lanes[16] = {0};
+            for (int64_t d = 0; d < kv; d += 16)
+                for (int l = 0; l < 16; l++) lanes[l] = lanes[l] + xr[d + l] * wr[d + l];
+            float s = tail_add(lanes_sum(lanes), xr, wr, kv, k);
+            y[(m0 + i) * n_out + n0 + j] = bias ? s + bias[n0 + j] : s;
+        }
+}
+#endif
+
+/* x [m, k], w [n_out, k], bias [n_out] or NULL -> y [m, n_out]; all float32, contiguous. */
+int linear_f32_invariant(const float *x, const float *w, const float *bias, float *y, int64_t m, int64_t n_out,
+                         int64_t k, int32_t threads) {
+    if (m <= 0 || n_out <= 0 || k <= 0) return -1;
+    enum { ROWS = 64 };  /* rows per pass: their x stays in cache while w streams by */
+    for (int64_t r0 = 0; r0 < m; r0 += ROWS) {
+        const int64_t r1 = r0 + ROWS < m ? r0 + ROWS : m;
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && n_out >= 64)
+        for (int64_t n0 = 0; n0 < n_out; n0 += 4) {
+            const int64_t nr = n_out - n0 < 4 ? n_out - n0 : 4;
+            for (int64_t m0 = r0; m0 < r1; m0 += 4)
+                tile_f32(x, w, bias, y, m0, r1 - m0 < 4 ? r1 - m0 : 4, n0, nr, n_out, k);
+        }
+    }
+    return 0;
+}
+#pragma GCC pop_options

@@ -291,3 +291,24 @@ def test_silu_mul_is_torchs_bits_for_every_bf16_gate(kernel):
         assert torch.equal(kernel.silu_mul(h), silu_mul(h))
     h32 = torch.randn(2, 64)
     assert torch.equal(kernel.silu_mul(h32), silu_mul(h32))
+
+
+@pytest.mark.parametrize("n,k", [(960, 576), (3072, 576), (576, 1536), (37, 50)])
+def test_linear_f32_rows_do_not_depend_on_the_rows_beside_them(kernel, n, k):
+    """Deterministic inference's float32 matmul: every row the same bits for any row count and
+    position (MKL's sgemm changes with both on some CPUs), within float32 rounding of F.linear."""
+    g = torch.Generator().manual_seed(n)
+    x, w, b = torch.randn(170, k, generator=g), torch.randn(n, k, generator=g), torch.randn(n, generator=g)
+    whole = kernel.linear_f32(x, w, b)
+    torch.testing.assert_close(whole, F.linear(x, w, b), atol=1e-4, rtol=1e-4)
+    for start, m in ((0, 1), (3, 1), (0, 3), (5, 4), (0, 15), (7, 64), (0, 100), (20, 150)):
+        assert torch.equal(kernel.linear_f32(x[start : start + m], w, b), whole[start : start + m]), (
+            start,
+            m,
+        )
+    assert torch.equal(kernel.linear_f32(x[:9], w, None) + b, whole[:9])  # the bias is added last
+
+
+def test_linear_f32_refuses_other_dtypes(kernel):
+    with pytest.raises(ValueError, match="linear_f32"):
+        kernel.linear_f32(torch.ones(2, 16, dtype=torch.bfloat16), torch.ones(4, 16), None)
