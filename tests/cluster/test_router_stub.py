@@ -15,6 +15,7 @@ parameter skips when its package is missing.
 from __future__ import annotations
 
 import sys
+import time
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -80,11 +81,18 @@ def test_stub_workers_register(stubs: Cluster) -> None:
 
 def test_session_keys_stick_and_spread(stubs: Cluster) -> None:
     """min_group counts the keys with requests in flight (sequential new keys are placed about at
-    random: 5/3 of 8 on both routers), so the first step of the four sessions runs concurrently,
-    each held 1 s by the stub; later steps run one at a time and must stay on their worker."""
+    random: 5/3 of 8 on both routers), so the first steps of the four sessions overlap, each held
+    2 s by the stub; they start 0.25 s apart, so each new key meets the ones before it in flight
+    (sent at once, two keys can reach the router before either counts, and share a worker: seen
+    once in CI). Later steps run one at a time and must stay on their worker."""
     keys = [f"sess-{stubs.router_kind}-{i}" for i in range(4)]
+
+    def opens(i: int) -> dict:
+        time.sleep(0.25 * i)
+        return _generate(stubs, f"[[sleep=2]] {keys[i]} opens", key=keys[i])
+
     with ThreadPoolExecutor(len(keys)) as pool:
-        first = list(pool.map(lambda k: _generate(stubs, f"[[sleep=1]] {k} opens", key=k), keys))
+        first = list(pool.map(opens, range(len(keys))))
     placed = {k: [m["worker"]] for k, m in zip(keys, first, strict=True)}
     assert sorted(Counter(ws[0] for ws in placed.values()).values()) == [2, 2], placed  # min_group
     for step in range(1, 3):
