@@ -40,6 +40,10 @@ _COUNTERS = (
     ("tier_corrupt_pages", "tier_corrupt_pages", "Stored pages rejected by verification (recomputed)."),
     ("tier_prefetched_tokens", "tier_prefetched_tokens", "Tokens prefetched for sessions waiting on tools."),
     ("tier_dropped_pages", "tier_dropped_pages", "Evicted pages not demoted: the write queue was full."),
+    # KV events (--kv-events-config), present only when publishing
+    ("kv_events_recorded", "kv_events_recorded", "Tree changes queued for the KV-event publisher."),
+    ("kv_events_dropped", "kv_events_dropped", "Tree changes not published: the event queue was full."),
+    ("kv_events_batches", "kv_events_batches", "KV-event batches sent."),
 )
 _GAUGES = (
     ("hit_rate", "cache_hit_rate", "cached_tokens / prompt_tokens since start."),

@@ -89,6 +89,7 @@ def native_router(state: ServerState) -> APIRouter:
             "model_info": _model_info(state),
             "cache_stats": stats,
             "internal_states": internal_states(state, stats),
+            "kv_events": _kv_events(state.engine),
         }
 
     @r.get("/get_load")
@@ -300,3 +301,9 @@ def _detokenize(state: ServerState, req: DetokenizeRequest) -> dict[str, Any]:
             raise ApiError(400, f"tokens: ids out of range: {bad[:5]}")
     texts = [tokenizer.decode(ids, skip_special_tokens=req.skip_special_tokens) for ids in batch]
     return {"text": texts if is_batch else texts[0]}
+
+
+def _kv_events(engine: object) -> dict[str, Any] | None:
+    """SGLang's `kv_events` descriptor: where routers subscribe (None: not publishing)."""
+    events = getattr(engine, "kv_events", None)
+    return None if events is None else events.describe()
