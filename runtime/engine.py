@@ -376,7 +376,7 @@ class Engine:
     def get_cache_stats(self) -> dict[str, Any]:
         with self.scheduler.lock:
             stats = engine_stats.cache_stats(self.config, self.scheduler, self.manager, self.pool, self.tier)
-            return stats | engine_stats.kv_event_stats(self.kv_events)
+            return stats | engine_stats.kv_event_stats(self.kv_events) | self.sessions.counts()
 
     def snapshot(self, check: bool = False) -> EngineSnapshot:
         """One consistent read under the scheduler lock; with `check`, `check_integrity` too."""

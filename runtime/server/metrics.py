@@ -79,6 +79,8 @@ _GAUGES = (
     ("match_time_mean_s", "match_time_seconds", "Mean radix-tree prefix match time."),
     ("queue_depth", "queue_depth", "Requests waiting in the engine queue."),
     ("running", "num_running_reqs", "Requests being decoded."),
+    ("sessions_open", "sessions_open", "Agent sessions open (top-level session_id, /open_session)."),
+    ("sessions_waiting_on_tool", "sessions_waiting_on_tool", "Open sessions waiting on a tool."),
 )
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 

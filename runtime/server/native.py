@@ -9,6 +9,7 @@ Session events (the session-aware eviction policy's input; see DESIGN.md):
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Any, cast
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 
+from runtime.errors import UnknownSession
 from runtime.generation import GenerationRequest
 from runtime.server import loads as loads_api
 from runtime.server.bridge import SSE_DONE, close_stream, sse, sse_error
@@ -34,6 +36,8 @@ from runtime.server.state import ServerState, join_salt
 
 if TYPE_CHECKING:
     from runtime.engine import Engine
+
+log = logging.getLogger("radixagent.server")
 
 VERSION = "0.1.0"
 
@@ -141,9 +145,16 @@ def native_router(state: ServerState) -> APIRouter:
 
     @r.post("/close_session")
     async def close_session(req: CloseSessionRequest) -> Response:
-        await state.bridge.call(
-            state.engine.session_event, req.session_id, "close", cache_salt=req.cache_salt
-        )
+        """SGLang's contract: closing is idempotent. A session that is not open under this salt
+        (never used, already closed, or another tenant's) is left alone and the answer is the
+        same 200, as SGLang answers (its session radix cache releases nothing, its controller logs
+        a warning). `/session_event` `close` still refuses an unknown session with a 400."""
+        try:
+            await state.bridge.call(
+                state.engine.session_event, req.session_id, "close", cache_salt=req.cache_salt
+            )
+        except UnknownSession:
+            log.info("close_session: %r is not open; nothing to close", req.session_id)
         return Response(status_code=200)
 
     @r.post("/session_event")
