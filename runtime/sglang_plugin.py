@@ -95,8 +95,8 @@ def make_strategy(**config: object) -> SGLangSessionPolicy:
         raise RustTreeCoreRefused(
             "radixagent: --radix-eviction-policy session runs only on SGLang's Python tree core, and "
             "SGLang is building its Rust tree core (which would refuse the name anyway). Set "
-            "SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND=python, add --enable-session-radix-cache, or start "
-            "through `radixagent launch-sglang`, which selects the Python core."
+            "SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND=python or add --enable-session-radix-cache "
+            "(`radixagent launch-sglang` sets the variable to python when it is unset)."
         )
     policy = SGLangSessionPolicy(**config)  # type: ignore[arg-type]
     if core is not None:
