@@ -178,8 +178,12 @@ def kv_events(config: EngineConfig, tree: RadixCache) -> ZmqEventPublisher | Non
     events = parse_kv_events_config(config.kv_events_config)
     if events is None:
         return None
-    from runtime.cache.kv_events.publisher import start_publisher
-
+    try:
+        from runtime.cache.kv_events.publisher import start_publisher
+    except ImportError as exc:  # pyzmq / msgspec: the `kv-events` extra
+        raise ValueError(
+            f"--kv-events-config needs pyzmq and msgspec (pip install 'radixagent[kv-events]'): {exc}"
+        ) from None
     publisher = start_publisher(events, config.page_size, tree.roots)
     tree.observer = publisher.recorder
     return publisher
