@@ -125,7 +125,8 @@ if [ "${1:-}" = "--bench" ]; then
         esac
         wait_healthy || { tail -40 "$LOG" >&2; echo "SGLang ($setup) exited or is not healthy" >&2; exit 1; }
         "$ROOT/.venv/bin/python" -m evals.sglang_sessions --url "http://127.0.0.1:$PORT" --label "$setup" --out "$OUT"
-        grep -m1 -o "Using the Python TreeCore.*\|eviction policy session in force.*" "$LOG" || echo "($setup: no tree-core line)"
+        grep -m1 -o "Tree Core: [A-Za-z]*" "$LOG" || echo "($setup: no tree-core line)"
+        grep -m1 -o "eviction policy session in force.*" "$LOG" || true
         stop
     done
     exit 0
