@@ -235,7 +235,7 @@ def run_mode(cluster: Cluster, w: Workload, mode: str, say: Any, calls_out: Any 
     kind = cluster.resolve_router()
     if mode == "session":
         row["label"] = SESSION_LABELS[kind]
-    row["router_flags"] = list(policy_flags(cluster.config.policy, kind))
+    row["router_flags"] = list(policy_flags(cluster.config.policy, kind, cluster.config.sticky_sessions))
     row["tokenize_mismatches"] = mismatches
     if calls_out is not None:
         for c in calls:
@@ -305,6 +305,8 @@ def run_all(
             router=router,
             log_dir=str(log_dir / "cluster"),
             worker_args=("--max-total-tokens", str(w.kv_per_worker)),
+            # the baselines stay the routers' plain policies (`session` pins keys by itself)
+            sticky_sessions=False,
         )
         say(f"starting {w.workers} workers x {w.kv_per_worker} KV tokens ...")
         with Cluster(cfg) as cluster:

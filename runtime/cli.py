@@ -17,7 +17,7 @@ from collections.abc import Mapping
 RUNTIME_COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("runtime.server.cli", "SGLang-compatible HTTP server over the embedded engine"),
     "cluster": ("runtime.cluster_cli", "N local workers behind sglang-router"),
-    "launch-sglang": ("runtime.sglang_plugin", "start a real SGLang server with the session-aware policy"),
+    "launch-sglang": ("runtime.sglang_launch", "start a real SGLang server with the session-aware policy"),
 }
 
 

@@ -16,6 +16,8 @@ one worker by the `X-SMG-Routing-Key` header our SGLang backend fills with the s
   are sticky (a new key goes to the worker with the fewest keys), key-less requests are routed
   cache-aware;
 - on sglang-router: its `manual` policy with `min_group`; key-less requests go to a random worker.
+On smg every other policy also pins routing keys (`--routing-key-override`, `sticky_sessions`), so
+a plain `cache_aware` or `round_robin` keeps an agent session on its worker too.
 See docs/cluster.md.
 """
 
@@ -87,6 +89,11 @@ class ClusterConfig:
     startup_timeout_s: float = 900.0
     #: where process logs go; None: a fresh temporary folder
     log_dir: str | None = None
+    #: on smg, pin every `X-SMG-Routing-Key` (our backend's session id) to a worker whatever the
+    #: policy (`--routing-key-override`: a new key is placed by the policy, then sticks); key-less
+    #: requests are routed by the policy as before. sglang-router 0.3.2 pins only under `manual` /
+    #: `session`.
+    sticky_sessions: bool = True
 
     def __post_init__(self) -> None:
         if self.workers < 1:
@@ -304,7 +311,7 @@ class Cluster:
             str(port),
             "--worker-urls",
             *urls,
-            *ROUTER_POLICIES[kind][self.config.policy],
+            *policy_flags(self.config.policy, kind, self.config.sticky_sessions),
             "--prometheus-host",
             self.config.host,
             "--prometheus-port",
@@ -376,10 +383,18 @@ def router_version(router: str) -> str:
         return "?"
 
 
-def policy_flags(policy: str, router: str) -> tuple[str, ...]:
-    """The router flags our `policy` maps to on `router` (resolved: "smg" or "sglang-router")."""
+#: the smg flag that makes routing keys sticky on any policy (smg 1.13.0: `--routing-key-override`)
+STICKY_FLAG = "--routing-key-override"
+
+
+def policy_flags(policy: str, router: str, sticky: bool = True) -> tuple[str, ...]:
+    """The router flags our `policy` maps to on `router` (resolved: "smg" or "sglang-router");
+    with `sticky`, smg also pins routing keys (`manual` is keyed already)."""
     check_policy(policy, router)
-    return ROUTER_POLICIES[router][policy]
+    flags = ROUTER_POLICIES[router][policy]
+    if sticky and router == "smg" and policy != "manual" and STICKY_FLAG not in flags:
+        flags = (*flags, STICKY_FLAG)
+    return flags
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -56,6 +56,12 @@ def build_parser() -> argparse.ArgumentParser:
         help='extra `radixagent serve` flags, e.g. "--radix-eviction-policy session"',
     )
     p.add_argument("--router-args", default="", help='extra router flags, e.g. "--cache-threshold 0.5"')
+    p.add_argument(
+        "--no-sticky-sessions",
+        action="store_true",
+        help="on smg, do not pin X-SMG-Routing-Key (session ids) to workers under policies other than "
+        "session/manual (default: pinned, --routing-key-override)",
+    )
     p.add_argument("--threads-per-worker", type=int, default=None)
     p.add_argument("--log-dir", default=None, help="process logs (default: a temporary folder)")
     p.add_argument(
@@ -90,6 +96,7 @@ def config_from_args(ns: argparse.Namespace) -> ClusterConfig:
         router_args=tuple(shlex.split(ns.router_args)),
         threads_per_worker=ns.threads_per_worker,
         log_dir=ns.log_dir,
+        sticky_sessions=not ns.no_sticky_sessions,
     )
 
 
@@ -118,7 +125,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     for sig in STOP_SIGNALS:
         signal.signal(sig, _raise_interrupt)
-    about = f"{kind} {router_version(kind)}, policy {config.policy}: {' '.join(policy_flags(config.policy, kind))}"
+    flags = policy_flags(config.policy, kind, config.sticky_sessions)
+    about = f"{kind} {router_version(kind)}, policy {config.policy}: {' '.join(flags)}"
     try:
         print(f"starting {config.workers} workers ({about}) ...", file=sys.stderr, flush=True)
         router = cluster.start()

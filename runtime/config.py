@@ -74,9 +74,24 @@ class EngineConfig:
     #: of the pool and a writer thread stores them; a full queue drops further pages (counted).
     #: 0 writes on the engine thread (the evicting request waits for the store)
     hicache_write_queue_mb: float = 128.0
+    #: SGLang's --kv-events-config JSON (runtime/cache/kv_events/config.py): publish what the tree
+    #: holds to cache-aware routers; None or publisher "null": off
+    kv_events_config: str | None = None
+    #: SGLang's --page-size. The tree stays token-level; this is the block size of KV events
+    #: (a page is announced once all its tokens are cached, withdrawn when any of them is evicted)
+    page_size: int = 1
 
     def __post_init__(self) -> None:
         problems = []
+        if self.page_size < 1:
+            problems.append("page_size must be >= 1")
+        if self.kv_events_config:
+            from runtime.cache.kv_events.config import parse_kv_events_config
+
+            try:
+                parse_kv_events_config(self.kv_events_config)
+            except ValueError as exc:
+                problems.append(str(exc))
         if self.max_total_tokens is not None and self.max_total_tokens < 16:
             problems.append("max_total_tokens must be >= 16")
         if self.radix_eviction_policy not in POLICIES:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from runtime import engine_build, engine_stats, model_files
-from runtime.cache.namespace import Salt, namespace_key, session_key
+from runtime.cache.namespace import Salt, namespace_key, session_key, split_salt
 from runtime.config import EngineConfig
 from runtime.engine_tier import on_session_event
 from runtime.errors import EngineClosed, InvalidRequest, Overloaded, PromptTooLong, UnknownSession
@@ -25,6 +25,7 @@ from runtime.snapshot import EngineSnapshot
 from runtime.threads import in_fresh_thread
 
 if TYPE_CHECKING:
+    from runtime.cache.kv_events.publisher import ZmqEventPublisher
     from runtime.cache.kv_pool import KVPool
     from runtime.cache.manager import RadixCacheManager
     from runtime.cache.radix import RadixCache
@@ -107,6 +108,7 @@ class Engine:
         self.manager: RadixCacheManager = parts.manager
         self.scheduler: Scheduler = parts.scheduler
         self.tier: TierHooks | None = parts.tier
+        self.kv_events: ZmqEventPublisher | None = parts.events
         self._closed = False
 
     @property
@@ -231,11 +233,14 @@ class Engine:
             raise InvalidRequest(
                 f"logit_bias: token ids out of range [0, {self.model.cfg.vocab_size}): {bad[:5]}"
             )
+        namespace = namespace_key(request.cache_salt)
+        if self.kv_events is not None and request.prefix_cache:  # events carry the salt, not its digest
+            self.kv_events.recorder.name(namespace, *split_salt(request.cache_salt))
         return Request(
             rid=request.rid or uuid.uuid4().hex,
             input_ids=ids,
             params=sp,
-            namespace=namespace_key(request.cache_salt),
+            namespace=namespace,
             use_cache=bool(request.prefix_cache),
             session_id=session_key(request.cache_salt, request.session_id),
             priority=int(request.priority or 0),
@@ -370,7 +375,8 @@ class Engine:
 
     def get_cache_stats(self) -> dict[str, Any]:
         with self.scheduler.lock:
-            return engine_stats.cache_stats(self.config, self.scheduler, self.manager, self.pool, self.tier)
+            stats = engine_stats.cache_stats(self.config, self.scheduler, self.manager, self.pool, self.tier)
+            return stats | engine_stats.kv_event_stats(self.kv_events) | self.sessions.counts()
 
     def snapshot(self, check: bool = False) -> EngineSnapshot:
         """One consistent read under the scheduler lock; with `check`, `check_integrity` too."""
@@ -395,6 +401,8 @@ class Engine:
             self.scheduler.close()
             if self.tier is not None:
                 self.tier.close()
+            if self.kv_events is not None:
+                self.kv_events.close()
 
     def __enter__(self) -> Engine:
         return self

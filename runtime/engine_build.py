@@ -27,6 +27,7 @@ from runtime.model import SUPPORTED, LlamaModel, ModelConfig
 from runtime.scheduler import Scheduler
 
 if TYPE_CHECKING:  # the tier's modules (and the redis client) load only when it is enabled
+    from runtime.cache.kv_events.publisher import ZmqEventPublisher  # zmq, msgspec: when configured
     from runtime.cache.tier.hooks import TierHooks
 
 log = logging.getLogger("radixagent.engine")
@@ -52,7 +53,8 @@ def sibling_config(config: EngineConfig, overrides: dict[str, Any]) -> EngineCon
         raise InvalidRequest(
             "a sibling shares the weights: model_path, dtype, device and torchao_config cannot change"
         )
-    return replace(config, **overrides)
+    # a sibling publishes no KV events of its own unless asked: the endpoint is the first engine's
+    return replace(config, **({"kv_events_config": None} | overrides))
 
 
 def build_model(config: EngineConfig, loaded: model_files.LoadedModel) -> LlamaModel | HFModel:
@@ -125,6 +127,7 @@ class CacheParts:
     manager: RadixCacheManager
     scheduler: Scheduler
     tier: TierHooks | None
+    events: ZmqEventPublisher | None
 
 
 def build_cache(
@@ -165,7 +168,25 @@ def build_cache(
 
         tier = build_hooks(config, pool, model, name, policy)
         manager.attach_tier(tier)
-    return CacheParts(pool, sessions, manager, scheduler, tier)
+    return CacheParts(pool, sessions, manager, scheduler, tier, kv_events(config, manager.tree))
+
+
+def kv_events(config: EngineConfig, tree: RadixCache) -> ZmqEventPublisher | None:
+    """The KV-event publisher watching `tree` (runtime/cache/kv_events/), when configured."""
+    from runtime.cache.kv_events.config import parse_kv_events_config
+
+    events = parse_kv_events_config(config.kv_events_config)
+    if events is None:
+        return None
+    try:
+        from runtime.cache.kv_events.publisher import start_publisher
+    except ImportError as exc:  # pyzmq / msgspec: the `kv-events` extra
+        raise ValueError(
+            f"--kv-events-config needs pyzmq and msgspec (pip install 'radixagent[kv-events]'): {exc}"
+        ) from None
+    publisher = start_publisher(events, config.page_size, tree.roots)
+    tree.observer = publisher.recorder
+    return publisher
 
 
 def describe(config: EngineConfig, name: str, pool: KVPool, attention: str) -> str:

@@ -10,6 +10,7 @@ from runtime.engine_tier import tier_stats
 from runtime.snapshot import EngineSnapshot
 
 if TYPE_CHECKING:
+    from runtime.cache.kv_events.publisher import ZmqEventPublisher
     from runtime.cache.kv_pool import KVPool
     from runtime.cache.manager import RadixCacheManager
     from runtime.cache.tier.hooks import TierHooks
@@ -60,6 +61,11 @@ def cache_stats(
         "weights_version": scheduler.weights_version,
         **tier_stats(tier),
     }
+
+
+def kv_event_stats(events: ZmqEventPublisher | None) -> dict[str, int]:
+    """Tree changes recorded / dropped (queue full) and batches sent by the KV-event publisher."""
+    return {} if events is None else events.stats()
 
 
 def kv_memory(manager: RadixCacheManager) -> dict[str, int]:

@@ -20,13 +20,17 @@ that fill it), then that session reference count (nodes referenced by open sessi
 shared in proportion to the count; unreferenced ones, such as a closed session's, go first), and
 otherwise recency in the node's own clock: with no session facts it is exactly LRU.
 
-`main(argv)` is `radixagent launch-sglang -- <sglang args>`.
+Which tree core runs it: SGLang 0.5.23's Rust core takes only a policy name and refuses
+`session`; the Python core calls `get_priority`. `make_strategy` is called by both (the Rust
+adapter builds the strategy only to validate its options), so it knows which core asked: on the
+Rust core it refuses with a message naming the fix, on a Python core it logs one line saying the
+policy runs there. `radixagent launch-sglang` (runtime/sglang_launch.py) selects the Python core.
 """
 
 from __future__ import annotations
 
 import importlib
-import os
+import logging
 import sys
 from collections.abc import Sequence
 
@@ -38,6 +42,17 @@ _FACTORY_MODULES = ("sglang.srt.mem_cache.utils", "sglang.srt.mem_cache.evict_po
 _CHOICE_MODULES = ("sglang.srt.arg_groups.choices", "sglang.srt.server_args")
 _FULL = 0  # sglang.srt.mem_cache.unified_cache.component_type.ComponentType.FULL (an int enum)
 _COUNTER_MODULE = "sglang.srt.mem_cache.unified_cache.components.base"
+#: who builds the strategy: SGLang's tree cores (module names in 0.5.23)
+_RUST_CORE = "sglang.srt.mem_cache.rust_tree_core"
+_PYTHON_CORES = {
+    "sglang.srt.mem_cache.unified_cache.unified_tree_core": "Python UnifiedTreeCore",
+    "sglang.srt.mem_cache.radix_cache": "Python RadixCache",
+}
+log = logging.getLogger("radixagent.sglang_plugin")
+
+
+class RustTreeCoreRefused(ValueError):
+    """The session policy was asked of SGLang's Rust tree core, which cannot run it."""
 
 
 class SGLangSessionPolicy(SessionPolicy):
@@ -75,7 +90,34 @@ def _node_clock_now(node: object, clock) -> float:
 
 def make_strategy(**config: object) -> SGLangSessionPolicy:
     """SGLang calls the factory with `--radix-eviction-policy-config` JSON as kwargs."""
-    return SGLangSessionPolicy(**config)  # type: ignore[arg-type]
+    core = _building_core()
+    if core == "rust":
+        raise RustTreeCoreRefused(
+            "radixagent: --radix-eviction-policy session runs only on SGLang's Python tree core, and "
+            "SGLang is building its Rust tree core (which would refuse the name anyway). Set "
+            "SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND=python or add --enable-session-radix-cache "
+            "(`radixagent launch-sglang` sets the variable to python when it is unset)."
+        )
+    policy = SGLangSessionPolicy(**config)  # type: ignore[arg-type]
+    if core is not None:
+        log.warning("radixagent: eviction policy session in force on SGLang's %s", core)
+    return policy
+
+
+def _building_core(depth: int = 12) -> str | None:
+    """ "rust", a Python core's name, or None (called from elsewhere: tests, tools), read from the
+    modules of the calling frames."""
+    frame = sys._getframe(1)
+    for _ in range(depth):
+        if frame is None:
+            break
+        module = str(frame.f_globals.get("__name__", ""))
+        if module.startswith(_RUST_CORE):
+            return "rust"
+        if module in _PYTHON_CORES:
+            return _PYTHON_CORES[module]
+        frame = frame.f_back  # type: ignore[assignment]
+    return None
 
 
 def _first_module_with(names: Sequence[str], attr: str):
@@ -100,41 +142,3 @@ def register() -> None:
         current = getattr(choices, "RADIX_EVICTION_POLICY_CHOICES", [])
         if POLICY_NAME not in current:
             choices.add_radix_eviction_policy_choices([POLICY_NAME])
-
-
-COMPACT_JSON = "--constrained-json-disable-any-whitespace"
-
-
-def launch_command(argv: Sequence[str], python: str = sys.executable) -> list[str]:
-    args = list(argv)
-    if args[:1] == ["--"]:
-        args = args[1:]
-    if not any(a == "--radix-eviction-policy" or a.startswith("--radix-eviction-policy=") for a in args):
-        args = ["--radix-eviction-policy", POLICY_NAME, *args]
-    if COMPACT_JSON not in args:
-        # SGLang's JSON grammars admit any whitespace by default; a small model then pads its
-        # tool calls with spaces and newlines until max_new_tokens and no JSON ever closes. The
-        # embedded engine's grammars are compact: same constraint, same outputs on both backends.
-        args.append(COMPACT_JSON)
-    return [python, "-m", "sglang.launch_server", *args]
-
-
-def main(argv: list[str]) -> int:
-    """`radixagent launch-sglang -- <sglang args>`: exec SGLang's server with the session policy.
-
-    SGLang's default Rust tree core rejects policy names it does not know, so the Python core
-    is selected. This is the process's launcher, so setting its child's environment here is the
-    one place this module touches environment variables.
-    """
-    if argv[:1] in (["-h"], ["--help"]):
-        print(
-            "usage: radixagent launch-sglang -- <sglang.launch_server args>\n"
-            "Starts `python -m sglang.launch_server --radix-eviction-policy session ...` with "
-            "SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND=python and compact JSON grammars "
-            "(--constrained-json-disable-any-whitespace; needs sglang installed)."
-        )
-        return 0
-    env = dict(os.environ, SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND="python")
-    cmd = launch_command(argv)
-    os.execvpe(cmd[0], cmd, env)
-    return 0  # not reached

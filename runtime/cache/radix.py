@@ -47,6 +47,15 @@ class TreeNode:
         return self.id < other.id
 
 
+class TreeObserver(Protocol):
+    """Told of every change to what the tree holds (the KV-event recorder,
+    runtime/cache/kv_events/recorder.py); runs on the tree owner's thread and must be cheap."""
+
+    def on_insert(self, key: Sequence[int], start: int, namespace: str, session_id: str | None) -> None: ...
+    def on_remove(self, node: TreeNode) -> None: ...
+    def on_reset(self) -> None: ...
+
+
 class EvictionPolicy(Protocol):
     """SGLang's shape: lower priority is evicted first."""
 
@@ -101,6 +110,8 @@ class RadixCache:
         #: called with each leaf about to be evicted while its slots and its ancestors' still hold
         #: K/V: the KV tier demotes it instead of dropping it (runtime/cache/tier/hooks.py)
         self.on_evict: Callable[[TreeNode], None] | None = None
+        #: told of inserts, removals and resets (KV events); None: nobody listens
+        self.observer: TreeObserver | None = None
         # misses (issue 19): what was evicted, to report per request what it would have matched
         self.evictions: EvictionRecord | None = EvictionRecord(4 * allocator.size)
 
@@ -208,6 +219,8 @@ class RadixCache:
         if pos < len(key):
             node = self._add_leaf(node, key[pos:], slots[pos:], now, priority, session_id)
             path.extend(node.value)
+            if self.observer is not None:
+                self.observer.on_insert(key, pos, namespace, session_id)
         return InsertResult(present, node, path)
 
     def _add_leaf(
@@ -284,6 +297,8 @@ class RadixCache:
             self.evictions.on_remove(node)
         if self.on_evict is not None:
             self.on_evict(node)
+        if self.observer is not None:
+            self.observer.on_remove(node)
         self.allocator.free(node.value)
         parent = node.parent
         del parent.children[node.key[0]]
@@ -338,6 +353,8 @@ class RadixCache:
         self.roots.clear()
         self._leaves_set.clear()
         self.evictable_size = 0
+        if self.observer is not None:
+            self.observer.on_reset()
 
     @property
     def total_size(self) -> int:

@@ -248,6 +248,11 @@ class SessionRegistry:
     def __len__(self) -> int:
         return len(self._states)
 
+    def counts(self) -> dict[str, int]:
+        """Open sessions, and how many of them wait on a tool (metrics)."""
+        waiting = sum(1 for s in self._states.values() if s.status == "waiting")
+        return {"sessions_open": len(self._states), "sessions_waiting_on_tool": waiting}
+
     def abandoned_by(self, node_id: int) -> set[str] | None:
         return self._abandoned.get(node_id)
 

@@ -199,6 +199,19 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="a name for this worker, reported as meta_info.worker_id (radixagent cluster sets it)",
     )
+    p.add_argument(
+        "--kv-events-config",
+        default=None,
+        help="publish KV cache events for cache-aware routers, SGLang's JSON, e.g. "
+        '\'{"publisher":"zmq","endpoint":"tcp://*:5557","topic":"kv-events"}\' (docs/cluster.md; '
+        "events carry token ids: trusted networks only, docs/security.md)",
+    )
+    p.add_argument(
+        "--page-size",
+        type=int,
+        default=1,
+        help="block size of KV events in tokens (the cache itself stays token-level)",
+    )
     _tier_flags(p)
     return p
 
@@ -256,6 +269,8 @@ def engine_config(ns: argparse.Namespace) -> dict[str, Any]:
         "num_threads": ns.num_threads,
         "max_queue": ns.max_queue,
         "served_model_name": ns.served_model_name,
+        "kv_events_config": ns.kv_events_config,
+        "page_size": ns.page_size,
     }
     if ns.enable_hierarchical_cache:
         config |= {

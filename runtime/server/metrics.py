@@ -40,6 +40,10 @@ _COUNTERS = (
     ("tier_corrupt_pages", "tier_corrupt_pages", "Stored pages rejected by verification (recomputed)."),
     ("tier_prefetched_tokens", "tier_prefetched_tokens", "Tokens prefetched for sessions waiting on tools."),
     ("tier_dropped_pages", "tier_dropped_pages", "Evicted pages not demoted: the write queue was full."),
+    # KV events (--kv-events-config), present only when publishing
+    ("kv_events_recorded", "kv_events_recorded", "Tree changes queued for the KV-event publisher."),
+    ("kv_events_dropped", "kv_events_dropped", "Tree changes not published: the event queue was full."),
+    ("kv_events_batches", "kv_events_batches", "KV-event batches sent."),
 )
 _GAUGES = (
     ("hit_rate", "cache_hit_rate", "cached_tokens / prompt_tokens since start."),
@@ -75,6 +79,8 @@ _GAUGES = (
     ("match_time_mean_s", "match_time_seconds", "Mean radix-tree prefix match time."),
     ("queue_depth", "queue_depth", "Requests waiting in the engine queue."),
     ("running", "num_running_reqs", "Requests being decoded."),
+    ("sessions_open", "sessions_open", "Agent sessions open (top-level session_id, /open_session)."),
+    ("sessions_waiting_on_tool", "sessions_waiting_on_tool", "Open sessions waiting on a tool."),
 )
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 

@@ -9,6 +9,7 @@ Session events (the session-aware eviction policy's input; see DESIGN.md):
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Any, cast
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 
+from runtime.errors import UnknownSession
 from runtime.generation import GenerationRequest
 from runtime.server import loads as loads_api
 from runtime.server.bridge import SSE_DONE, close_stream, sse, sse_error
@@ -34,6 +36,8 @@ from runtime.server.state import ServerState, join_salt
 
 if TYPE_CHECKING:
     from runtime.engine import Engine
+
+log = logging.getLogger("radixagent.server")
 
 VERSION = "0.1.0"
 
@@ -89,6 +93,7 @@ def native_router(state: ServerState) -> APIRouter:
             "model_info": _model_info(state),
             "cache_stats": stats,
             "internal_states": internal_states(state, stats),
+            "kv_events": _kv_events(state.engine),
         }
 
     @r.get("/get_load")
@@ -140,9 +145,16 @@ def native_router(state: ServerState) -> APIRouter:
 
     @r.post("/close_session")
     async def close_session(req: CloseSessionRequest) -> Response:
-        await state.bridge.call(
-            state.engine.session_event, req.session_id, "close", cache_salt=req.cache_salt
-        )
+        """SGLang's contract: closing is idempotent. A session that is not open under this salt
+        (never used, already closed, or another tenant's) is left alone and the answer is the
+        same 200, as SGLang answers (its session radix cache releases nothing, its controller logs
+        a warning). `/session_event` `close` still refuses an unknown session with a 400."""
+        try:
+            await state.bridge.call(
+                state.engine.session_event, req.session_id, "close", cache_salt=req.cache_salt
+            )
+        except UnknownSession:
+            log.info("close_session: %r is not open; nothing to close", req.session_id)
         return Response(status_code=200)
 
     @r.post("/session_event")
@@ -300,3 +312,9 @@ def _detokenize(state: ServerState, req: DetokenizeRequest) -> dict[str, Any]:
             raise ApiError(400, f"tokens: ids out of range: {bad[:5]}")
     texts = [tokenizer.decode(ids, skip_special_tokens=req.skip_special_tokens) for ids in batch]
     return {"text": texts if is_batch else texts[0]}
+
+
+def _kv_events(engine: object) -> dict[str, Any] | None:
+    """SGLang's `kv_events` descriptor: where routers subscribe (None: not publishing)."""
+    events = getattr(engine, "kv_events", None)
+    return None if events is None else events.describe()

@@ -154,3 +154,25 @@ def test_keyless_request_finds_a_keyed_sessions_prefix_with_delegate(tmp_path: P
             meta = _generate(c, d + " A one-off question without a session.")
             assert meta["worker"] == w, (d[:8], meta)
             assert meta["cached_tokens"] >= len(d), meta
+
+
+@pytest.mark.parametrize("sticky", [True, False], ids=["sticky", "plain"])
+def test_plain_smg_policy_keeps_a_session_on_its_worker(tmp_path: Path, sticky: bool) -> None:
+    """`radixagent cluster --policy round_robin` on smg: the session's routing key pins it to one
+    worker (`--routing-key-override`, on by default) while key-less requests still alternate;
+    with `sticky_sessions=False` the same keyed requests alternate like any others."""
+    if not router_available("smg"):
+        pytest.skip("smg not installed (pip install smg)")
+    config = ClusterConfig(
+        workers=2,
+        policy="round_robin",
+        router="smg",
+        startup_timeout_s=90,
+        log_dir=str(tmp_path),
+        sticky_sessions=sticky,
+    )
+    with StubCluster(config) as c:
+        keyed = [_generate(c, _doc(f"plain-{sticky}-{i}", 3), key="agent-7")["worker"] for i in range(6)]
+        keyless = [_generate(c, _doc(f"free-{sticky}-{i}", 3))["worker"] for i in range(4)]
+    assert len(set(keyless)) == 2, keyless  # round robin for requests without a session
+    assert (len(set(keyed)) == 1) is sticky, keyed

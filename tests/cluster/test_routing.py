@@ -97,7 +97,11 @@ def test_smg_session_policy_is_cache_aware_with_sticky_keys() -> None:
         "--worker-urls",
     )
     assert all(flag in cmd and flag in other for flag in common)
-    assert policy_flags("round_robin", "smg") == ("--policy", "round_robin")
+    # smg pins routing keys on every policy unless told not to; sglang-router cannot
+    assert policy_flags("round_robin", "smg") == ("--policy", "round_robin", "--routing-key-override")
+    assert policy_flags("round_robin", "smg", sticky=False) == ("--policy", "round_robin")
+    assert policy_flags("round_robin", "sglang-router") == ("--policy", "round_robin")
+    assert policy_flags("session", "smg").count("--routing-key-override") == 1
     assert set(POLICIES) <= set(SMG_POLICIES)  # every sglang-router policy name works on smg too
 
 

@@ -52,8 +52,10 @@ def test_engine_rejections_are_400(server, engine) -> None:
     assert "UnknownSession" in _error(
         _post(server.url, "/generate", json={"text": "x", "session_params": {"id": "nope"}}), 400
     )
+    # /close_session is idempotent as in SGLang (nothing to close: 200); the event API still refuses
+    assert _post(server.url, "/close_session", json={"session_id": "never-opened"}).status_code == 200
     assert "UnknownSession" in _error(
-        _post(server.url, "/close_session", json={"session_id": "never-opened"}), 400
+        _post(server.url, "/session_event", json={"session_id": "never-opened", "event": "close"}), 400
     )
     too_long = [1] * (engine.model_info["context_length"] + 10)
     assert "PromptTooLong" in _error(_post(server.url, "/generate", json={"input_ids": too_long}), 400)

@@ -11,6 +11,7 @@
 #     127.0.0.1:<free port>; then tests/sglang/test_real_sglang.py (server checks + the agent
 #     behaviour suite through runtime.connect(url)) and the backend contract suite
 #     (tests/contract/, its sglang case) from the product venv. The server is always stopped.
+# `bash tests/sglang/run.sh --setup-only` builds the venv and the model and stops there.
 # `bash tests/sglang/run.sh --serve PORT [sglang flags]` does the same setup, then runs the server in
 # the foreground on 127.0.0.1:PORT (SGLANG_MAX_TOTAL_TOKENS sets its pool) instead of the tests.
 # The default 1,024-token pool refuses a longdoc head (~3k tokens: SGLang's max_req_input_len is
@@ -56,6 +57,7 @@ setup_venv() {
 
 setup_venv
 "$V/bin/python" tests/sglang/convert_model.py "$V/model" >/dev/null
+if [ "${1:-}" = "--setup-only" ]; then exit 0; fi
 if [ "${1:-}" = "--serve" ]; then
     # `bash tests/sglang/run.sh --serve PORT [extra SGLang flags]`: the same server in the foreground
     # (Ctrl-C stops it), for pointing other clients at it (e.g. runtime.connect("http://127.0.0.1:PORT")).
@@ -65,28 +67,96 @@ if [ "${1:-}" = "--serve" ]; then
         --max-total-tokens "$MAX_TOTAL_TOKENS" --enable-session-radix-cache --enable-metrics --enable-cache-report \
         --port "$PORT" --host 127.0.0.1 "$@"
 fi
-PORT="$("$V/bin/python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
-LOG="${SGLANG_LOG:-$V/server.log}"
-SGLANG_USE_CPU_ENGINE=1 "$V/bin/radixagent" launch-sglang -- --model-path "$V/model" --device cpu \
-    --attention-backend torch_native --disable-cuda-graph --dtype float32 --max-total-tokens "$MAX_TOTAL_TOKENS" \
-    --enable-session-radix-cache --enable-metrics --port "$PORT" --host 127.0.0.1 >"$LOG" 2>&1 &
-SERVER=$!
-# launch-sglang execs the server in the same process; SGLang's scheduler/detokenizer are its children.
-stop() { pkill -TERM -P "$SERVER" 2>/dev/null || true; kill -TERM "$SERVER" 2>/dev/null || true
-         sleep 2; pkill -KILL -P "$SERVER" 2>/dev/null || true; kill -KILL "$SERVER" 2>/dev/null || true; }
+# Configurations (SGLANG_MODES, default all), each its own server on a free loopback port:
+#   session-cache  launch-sglang + --enable-session-radix-cache: every test below, the behaviour suite
+#                  and the backend contract (the tree core: Python, selected by the launcher)
+#   plain          launch-sglang without it: the policy on the Python core, no session facts from
+#                  SGLang, so its order is recency (LRU on SGLang's counter clock)
+#   rust           SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND=rust forced, no session radix cache: SGLang
+#                  builds its Rust core and the plugin must refuse to start, saying why
+#   rust-session   rust forced + --enable-session-radix-cache: SGLang falls back to its Python core
+#                  ("session-aware caching requires the Python TreeCore") and the policy runs there
+MODES="${SGLANG_MODES:-session-cache plain rust rust-session}"
+SERVER=""
+stop() { [ -n "$SERVER" ] || return 0
+         pkill -TERM -P "$SERVER" 2>/dev/null || true; kill -TERM "$SERVER" 2>/dev/null || true
+         sleep 2; pkill -KILL -P "$SERVER" 2>/dev/null || true; kill -KILL "$SERVER" 2>/dev/null || true
+         SERVER=""; }
 trap stop EXIT
-for _ in $(seq 1 600); do  # startup took ~8 min on this machine under load
-    curl -sf "http://127.0.0.1:$PORT/health" >/dev/null 2>&1 && break
-    kill -0 "$SERVER" 2>/dev/null || { tail -40 "$LOG" >&2; echo "SGLang server exited" >&2; exit 1; }
-    sleep 2
-done
-curl -sf "http://127.0.0.1:$PORT/health" >/dev/null || { tail -40 "$LOG" >&2; echo "SGLang not healthy" >&2; exit 1; }
-echo "SGLang 0.5.23 (policy session) on 127.0.0.1:$PORT, log $LOG"
+
+start() {  # start MODE LOG FLAGS...: the server in the background; PORT and SERVER set
+    local mode="$1" log="$2"; shift 2
+    PORT="$("$V/bin/python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+    local core=()
+    case "$mode" in rust|rust-session) core=(env SGLANG_UNIFIED_RADIX_TREE_CORE_BACKEND=rust) ;; esac
+    SGLANG_USE_CPU_ENGINE=1 "${core[@]}" "$V/bin/radixagent" launch-sglang -- --model-path "$V/model" --device cpu \
+        --attention-backend torch_native --disable-cuda-graph --dtype float32 --max-total-tokens "$MAX_TOTAL_TOKENS" \
+        --enable-metrics --port "$PORT" --host 127.0.0.1 "$@" >"$log" 2>&1 &
+    SERVER=$!  # launch-sglang execs the server in this process; its scheduler/detokenizer are children
+}
+
+wait_healthy() {  # 0 when healthy, 1 when the server exited first
+    for _ in $(seq 1 600); do  # startup took ~8 min on this machine under load
+        curl -sf "http://127.0.0.1:$PORT/health" >/dev/null 2>&1 && return 0
+        kill -0 "$SERVER" 2>/dev/null || return 1
+        sleep 2
+    done
+    return 1
+}
+
+run_tests() {  # run_tests MODE LOG: tests/sglang/test_real_sglang.py for this configuration
+    RADIXAGENT_SGLANG_URL="http://127.0.0.1:$PORT" RADIXAGENT_SGLANG_MODE="$1" RADIXAGENT_SGLANG_LOG="$2" \
+        "$ROOT/.venv/bin/python" -m pytest -q -rs --timeout "${SGLANG_TEST_TIMEOUT:-3600}" \
+        tests/sglang/test_real_sglang.py "${PYTEST_ARGS[@]}"
+}
+
+if [ "${1:-}" = "--bench" ]; then
+    # `run.sh --bench OUT.json`: the same agent workload (evals/sglang_sessions.py) through three
+    # set-ups of SGLang's CPU server, one run each: SGLang as it comes (lru, its default Rust core),
+    # SGLang's session radix cache alone (lru on its Python core), and ours (session policy +
+    # session radix cache, Python core).
+    OUT="${2:?usage: run.sh --bench OUT.json}"
+    for setup in lru sglang-session ours; do
+        LOG="${SGLANG_LOG_DIR:-$V}/bench-$setup.log"
+        case "$setup" in
+            lru) start plain "$LOG" --radix-eviction-policy lru ;;
+            sglang-session) start plain "$LOG" --radix-eviction-policy lru --enable-session-radix-cache ;;
+            ours) start plain "$LOG" --enable-session-radix-cache ;;
+        esac
+        wait_healthy || { tail -40 "$LOG" >&2; echo "SGLang ($setup) exited or is not healthy" >&2; exit 1; }
+        "$ROOT/.venv/bin/python" -m evals.sglang_sessions --url "http://127.0.0.1:$PORT" --label "$setup" --out "$OUT"
+        grep -m1 -o "Tree Core: [A-Za-z]*" "$LOG" || echo "($setup: no tree-core line)"
+        grep -m1 -o "eviction policy session in force.*" "$LOG" || true
+        stop
+    done
+    exit 0
+fi
+
 # SGLang's CPU path is slow on a loaded 2-core machine (a 300-token prefill took 1-2 min at load ~20):
 # a per-test timeout well above pyproject's 600 s (override: SGLANG_TEST_TIMEOUT).
-RADIXAGENT_SGLANG_URL="http://127.0.0.1:$PORT" "$ROOT/.venv/bin/python" -m pytest -q -rs \
-    --timeout "${SGLANG_TEST_TIMEOUT:-3600}" tests/sglang/test_real_sglang.py "$@"
-# The backend contract (tests/contract/): the same behaviours our backends pass, here only its
-# `sglang` parametrization (the other backends run in `make test`); no model is loaded here.
-RADIXAGENT_SGLANG_URL="http://127.0.0.1:$PORT" "$ROOT/.venv/bin/python" -m pytest -q -rs -m "not slow" \
-    --timeout "${SGLANG_TEST_TIMEOUT:-3600}" tests/contract/test_backend_contract.py -k sglang
+PYTEST_ARGS=("$@")
+for mode in $MODES; do
+    LOG="${SGLANG_LOG_DIR:-$V}/server-$mode.log"
+    case "$mode" in
+        session-cache|rust-session) start "$mode" "$LOG" --enable-session-radix-cache ;;
+        plain|rust) start "$mode" "$LOG" ;;
+        *) echo "unknown mode $mode" >&2; exit 2 ;;
+    esac
+    if [ "$mode" = rust ]; then  # the refusal: the server must exit before it is healthy, saying why
+        if wait_healthy; then echo "FAIL rust: the server started with the session policy on Rust" >&2; exit 1; fi
+        grep -q "RustTreeCoreRefused" "$LOG" && grep -q "runs only on SGLang's Python tree core" "$LOG" \
+            || { tail -40 "$LOG" >&2; echo "FAIL rust: exited without the plugin's refusal" >&2; exit 1; }
+        echo "rust: refused as expected: $(grep -m1 -o "radixagent: --radix-eviction-policy session runs only.*tree core" "$LOG")"
+        stop; continue
+    fi
+    wait_healthy || { tail -40 "$LOG" >&2; echo "SGLang ($mode) exited or is not healthy" >&2; exit 1; }
+    echo "SGLang 0.5.23 ($mode) on 127.0.0.1:$PORT, log $LOG"
+    run_tests "$mode" "$LOG"
+    if [ "$mode" = session-cache ]; then
+        # The backend contract (tests/contract/): the same behaviours our backends pass, here only its
+        # `sglang` parametrization (the other backends run in `make test`); no model is loaded here.
+        RADIXAGENT_SGLANG_URL="http://127.0.0.1:$PORT" "$ROOT/.venv/bin/python" -m pytest -q -rs -m "not slow" \
+            --timeout "${SGLANG_TEST_TIMEOUT:-3600}" tests/contract/test_backend_contract.py -k sglang
+    fi
+    stop
+done

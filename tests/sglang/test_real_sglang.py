@@ -1,6 +1,7 @@
 """Against a real SGLang 0.5.23 server started by tests/sglang/run.sh (`make test-sglang`) with
-`radixagent launch-sglang` (policy `session`, --enable-session-radix-cache, a small
---max-total-tokens). Skipped unless RADIXAGENT_SGLANG_URL is set.
+`radixagent launch-sglang` (policy `session`, a small --max-total-tokens), in the configuration
+RADIXAGENT_SGLANG_MODE names (with or without --enable-session-radix-cache, Rust core forced or
+not; run.sh checks the refusal itself). Skipped unless RADIXAGENT_SGLANG_URL is set.
 
 The per-step cached tokens here come from SGLang's own RadixAttention.
 """
@@ -14,6 +15,10 @@ from pathlib import Path
 import pytest
 
 URL = os.environ.get("RADIXAGENT_SGLANG_URL")
+#: which configuration tests/sglang/run.sh started (session-cache, plain, rust-session) and its log
+MODE = os.environ.get("RADIXAGENT_SGLANG_MODE", "session-cache")
+LOG = os.environ.get("RADIXAGENT_SGLANG_LOG")
+SESSION_CACHE = MODE in ("session-cache", "rust-session")
 pytestmark = pytest.mark.skipif(not URL, reason="RADIXAGENT_SGLANG_URL not set (run `make test-sglang`)")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "agent"))  # the behaviour suite module
 
@@ -51,6 +56,16 @@ def test_serves_with_session_policy() -> None:
     assert out["text"] and out["meta_info"]["completion_tokens"] >= 1
 
 
+@pytest.mark.skipif(not LOG, reason="RADIXAGENT_SGLANG_LOG not set")
+def test_policy_in_force_on_the_python_tree_core() -> None:
+    """The plugin's start-up line: the session policy runs, on SGLang's Python core (with the Rust
+    core forced and the session radix cache on, SGLang's own fallback is logged too)."""
+    text = Path(str(LOG)).read_text(errors="replace")
+    assert "eviction policy session in force on SGLang's Python UnifiedTreeCore" in text
+    if MODE == "rust-session":
+        assert "Using the Python TreeCore: session-aware caching requires the Python TreeCore" in text
+
+
 def test_repeated_prefix_reports_cached_tokens() -> None:
     prefix = _text(1, 80)
     first = _gen(prefix)
@@ -58,6 +73,7 @@ def test_repeated_prefix_reports_cached_tokens() -> None:
     assert second["cached_tokens"] >= first["prompt_tokens"] - 2, (first, second)
 
 
+@pytest.mark.skipif(not SESSION_CACHE, reason="needs --enable-session-radix-cache (session facts)")
 def test_evicts_under_small_budget_closed_session_first() -> None:
     """Pool (--max-total-tokens 1024) < the five ~310-token prompts: something must go. The
     closed session's and the session-less prompts go; the open session's prefix still hits."""
@@ -72,6 +88,20 @@ def test_evicts_under_small_budget_closed_session_first() -> None:
     assert again_live["cached_tokens"] >= a["prompt_tokens"] - 2, again_live
     assert again_closed["cached_tokens"] < again_closed["prompt_tokens"] // 2, again_closed
     _post("/close_session", {"session_id": "live-a"})
+
+
+@pytest.mark.skipif(MODE != "plain", reason="the order without session facts")
+def test_without_session_cache_policy_orders_by_recency() -> None:
+    """Without --enable-session-radix-cache SGLang's nodes carry no session references, so the
+    policy is recency on SGLang's counter clock: of five ~310-token prompts in a 1,024-token pool
+    the oldest go and the newest stays, session ids or not."""
+    first = _gen(_text(21), session_id="ignored-a")
+    for seed in (22, 23, 24):
+        _gen(_text(seed))
+    last = _gen(_text(25))
+    assert _gen(_text(25) + " next")["cached_tokens"] >= last["prompt_tokens"] - 2
+    again_first = _gen(_text(21) + " next")
+    assert again_first["cached_tokens"] < first["prompt_tokens"] // 2, again_first
 
 
 @pytest.fixture(scope="module")
@@ -89,6 +119,7 @@ def _checks():
     return ALL_CHECKS
 
 
+@pytest.mark.skipif(MODE != "session-cache", reason="the suite runs once, in the session-cache configuration")
 @pytest.mark.parametrize("check", _checks(), ids=lambda c: c.__name__)
 def test_behaviour_suite_on_real_sglang(check, sglang_backend) -> None:
     check(sglang_backend)
