@@ -42,13 +42,17 @@ def bundled_tokenizer() -> Any:
     return AutoTokenizer.from_pretrained(folder, gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf")
 
 
-def family_tokenizer(family: str) -> Any:
+def family_tokenizer(family: str, plain: bool = False) -> Any:
+    """The bundled tokenizer with the family's tokens and chat template; `plain`: unchanged
+    (its 49152 ids, as a GGUF written with the bundled tokenizer metadata has them)."""
     tok = copy.deepcopy(bundled_tokenizer())
-    special, plain, eos = _TOKENS[family]
+    if plain:
+        return tok
+    special, added, eos = _TOKENS[family]
     if special:
         tok.add_special_tokens({"additional_special_tokens": special})
-    if plain:
-        tok.add_tokens(plain)
+    if added:
+        tok.add_tokens(added)
     tok.eos_token = eos
     if family == "llama3":
         tok.bos_token = "<|begin_of_text|>"
@@ -102,11 +106,13 @@ def sharpen(model: Any, seed: int = 0) -> None:
                 p.copy_(0.1 * noise)
 
 
-def build_family(folder: Path, family: str, tie: bool = True, seed: int = 0, **over: Any) -> Path:
+def build_family(
+    folder: Path, family: str, tie: bool = True, seed: int = 0, plain: bool = False, **over: Any
+) -> Path:
     """A tiny `family` model saved in `folder` (config, safetensors, tokenizer, chat template)."""
     from transformers import AutoModelForCausalLM
 
-    tok = family_tokenizer(family)
+    tok = family_tokenizer(family, plain)
     cfg = family_config(family, len(tok), tie, tok.eos_token_id, **over)
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(cfg)
