@@ -41,11 +41,59 @@ class _TokenizerCache:
             cached = self._by_ref.get(tokenizer)
             if cached is None:
                 try:
-                    cached = llguidance.hf.from_tokenizer(tokenizer)
+                    cached = _ll_tokenizer(tokenizer)
                 except ValueError as exc:
                     raise GrammarError(f"tokenizer not supported by llguidance: {exc}") from exc
                 self._by_ref[tokenizer] = cached
             return cached
+
+
+def _ll_tokenizer(tokenizer: Any) -> llguidance.LLTokenizer:
+    """llguidance's view of an HF tokenizer, with added tokens that are not special (Qwen3's
+    `<think>`, `</think>`, `<tool_call>`) as the text they stand for.
+
+    llguidance treats every added token as special (bytes it never matches to text), while its
+    forced-text tokenization still produces them: a grammar that spells `<think>` or
+    `<tool_call>` was forced onto the added token and then refused it. As byte-level vocabulary
+    entries they are ordinary text tokens, which is what the model's tokenizer says they are."""
+    import json
+    from copy import copy
+
+    if not hasattr(tokenizer, "backend_tokenizer"):
+        return llguidance.hf.from_tokenizer(tokenizer)
+    backend = copy(tokenizer.backend_tokenizer)
+    backend.no_padding()
+    backend.no_truncation()
+    spec = json.loads(backend.to_str())
+    model = spec.get("model") or {}
+    if model.get("type") == "BPE" and isinstance(model.get("vocab"), dict) and _byte_level(spec):
+        table = _bytes_to_unicode()
+        kept = []
+        for tok in spec.get("added_tokens") or []:
+            if tok.get("special") or not tok.get("content"):
+                kept.append(tok)
+                continue
+            model["vocab"]["".join(table[b] for b in tok["content"].encode())] = tok["id"]
+        spec["added_tokens"] = kept
+    return llguidance.LLTokenizer(json.dumps(spec), eos_token=tokenizer.eos_token_id)
+
+
+def _byte_level(spec: dict[str, Any]) -> bool:
+    pre = spec.get("pre_tokenizer") or {}
+    parts = pre.get("pretokenizers", [pre]) if isinstance(pre, dict) else []
+    return any(isinstance(p, dict) and p.get("type") == "ByteLevel" for p in parts)
+
+
+def _bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's byte-level alphabet: each byte as the character BPE vocabularies store it as."""
+    keep = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    chars, extra = list(keep), 0
+    for b in range(256):
+        if b not in keep:
+            keep.append(b)
+            chars.append(256 + extra)
+            extra += 1
+    return {b: chr(c) for b, c in zip(keep, chars, strict=True)}
 
 
 class GrammarMatcher:
