@@ -168,6 +168,34 @@ def test_thinking_then_a_tool_call(engine):
     assert second["usage"]["prompt_tokens_details"]["cached_tokens"] >= need
 
 
+def test_streamed_tool_call_after_thinking(engine):
+    tok = engine.tokenizer
+    think, end = (tok.convert_tokens_to_ids(t) for t in ("<think>", "</think>"))
+    tool = {
+        "type": "function",
+        "function": {"name": "lookup", "parameters": {"type": "object", "properties": {}}},
+    }
+    body = {"model": "m", "messages": FIRST, "temperature": 0, "max_tokens": 40, "stream": True}
+    body |= {"tools": [tool], "tool_choice": "required", "logit_bias": {str(think): 50, str(end): 100}}
+    names, reasons, content = [], [], ""
+    with _serve(ServerArgs(reasoning_parser="qwen3"), engine) as live:
+        with httpx.stream("POST", f"{live.url}/v1/chat/completions", json=body, timeout=120) as r:
+            for line in r.iter_lines():
+                if not line.startswith("data: {"):
+                    continue
+                choices = json.loads(line[6:])["choices"]
+                if not choices:
+                    continue
+                delta = choices[0]["delta"]
+                content += delta.get("content") or ""
+                names += [
+                    c["function"]["name"] for c in delta.get("tool_calls") or [] if "name" in c["function"]
+                ]
+                reasons.append(choices[0]["finish_reason"])
+    assert names == ["lookup"] and reasons[-1] == "tool_calls"
+    assert "<think>" not in content and "<tool_call>" not in content
+
+
 def test_enable_thinking_false_closes_the_block_in_the_prompt(engine):
     with _serve(ServerArgs(reasoning_parser="qwen3"), engine) as live:
         out = _chat(live.url, FIRST, regex="Hello", chat_template_kwargs={"enable_thinking": False})
