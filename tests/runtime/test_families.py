@@ -145,11 +145,13 @@ def test_a_rope_the_compact_forward_lacks_runs_on_the_hf_fallback(tmp_path, capl
 
     yarn = {"rope_type": "yarn", "rope_theta": 1e6, "factor": 4.0, "original_max_position_embeddings": 512}
     folder = build_family(tmp_path / "yarn", "qwen3", rope_parameters=yarn)
-    with caplog.at_level("WARNING", logger="radixagent.engine"):
-        with Engine(model_path=str(folder), max_total_tokens=1024) as eng:
-            assert isinstance(eng.model, HFModel)
-            out = eng.generate(input_ids=PROMPT[:40], sampling_params=GREEDY)
-            assert len(out["output_ids"]) == GREEDY["max_new_tokens"]
+    with (
+        caplog.at_level("WARNING", logger="radixagent.engine"),
+        Engine(model_path=str(folder), max_total_tokens=1024) as eng,
+    ):
+        assert isinstance(eng.model, HFModel)
+        out = eng.generate(input_ids=PROMPT[:40], sampling_params=GREEDY)
+        assert len(out["output_ids"]) == GREEDY["max_new_tokens"]
     assert "rope scaling" in caplog.text and "yarn" in caplog.text
     with pytest.raises(ValueError, match="torchao_config needs the compact forward.*yarn"):
         Engine(model_path=str(folder), max_total_tokens=1024, torchao_config="int4wo-32", dtype="bfloat16")

@@ -178,20 +178,20 @@ def test_streamed_tool_call_after_thinking(engine):
     body = {"model": "m", "messages": FIRST, "temperature": 0, "max_tokens": 40, "stream": True}
     body |= {"tools": [tool], "tool_choice": "required", "logit_bias": {str(think): 50, str(end): 100}}
     names, reasons, content = [], [], ""
-    with _serve(ServerArgs(reasoning_parser="qwen3"), engine) as live:
-        with httpx.stream("POST", f"{live.url}/v1/chat/completions", json=body, timeout=120) as r:
-            for line in r.iter_lines():
-                if not line.startswith("data: {"):
-                    continue
-                choices = json.loads(line[6:])["choices"]
-                if not choices:
-                    continue
-                delta = choices[0]["delta"]
-                content += delta.get("content") or ""
-                names += [
-                    c["function"]["name"] for c in delta.get("tool_calls") or [] if "name" in c["function"]
-                ]
-                reasons.append(choices[0]["finish_reason"])
+    with (
+        _serve(ServerArgs(reasoning_parser="qwen3"), engine) as live,
+        httpx.stream("POST", f"{live.url}/v1/chat/completions", json=body, timeout=120) as r,
+    ):
+        for line in r.iter_lines():
+            if not line.startswith("data: {"):
+                continue
+            choices = json.loads(line[6:])["choices"]
+            if not choices:
+                continue
+            delta = choices[0]["delta"]
+            content += delta.get("content") or ""
+            names += [c["function"]["name"] for c in delta.get("tool_calls") or [] if "name" in c["function"]]
+            reasons.append(choices[0]["finish_reason"])
     assert names == ["lookup"] and reasons[-1] == "tool_calls"
     assert "<think>" not in content and "<tool_call>" not in content
 
