@@ -65,7 +65,7 @@ def openai_router(state: ServerState) -> APIRouter:
         reasoning.check(req, template_kwargs)
         plan = tools.plan(req)
         # earlier turns as generated (runtime/server/reasoning_history.py): ids where they fix tokens
-        prompt = await reasoning.prompt(messages, plan, template_kwargs)
+        prompt = await reasoning.prompt(messages, plan, template_kwargs, req.cache_salt)
         text = prompt.text
         if prompt.ids is None:
             requests = _requests(state, req, req.max_new_tokens, prompt=text)

@@ -37,6 +37,7 @@ class Prompt:
     ids: list[int] | None
     gen_prompt: str
     opened: bool
+    salt: str | None = None  # the request's cache salt: the memo is kept per salt
 
 
 class ReasoningChat:
@@ -57,12 +58,16 @@ class ReasoningChat:
                 )
 
     async def prompt(
-        self, messages: list[dict[str, Any]], plan: Any, template_kwargs: dict[str, Any]
+        self,
+        messages: list[dict[str, Any]],
+        plan: Any,
+        template_kwargs: dict[str, Any],
+        salt: str | None = None,
     ) -> Prompt:
         marks: dict[str, Turn] = {}
         rendered = messages
         if self.preserve:
-            rendered, marks = substitute(messages, self.memo, self.parser)
+            rendered, marks = substitute(messages, self.memo, self.parser, salt)
         text, hits = await self._render(rendered, plan, template_kwargs, True)
         bare, _ = await self._render(rendered, plan, template_kwargs, False)
         gen_prompt = text[len(bare) :] if text.startswith(bare) else ""
@@ -71,9 +76,9 @@ class ReasoningChat:
         ids = None
         if any(s.output_ids is not None for s in spans):
             ids = await self.state.bridge.call(_splice, text, spans, self.state.engine.tokenize)
-        TEMPLATE_REWRITES.set(rewrites(messages, text, self.memo, self.parser))
+        TEMPLATE_REWRITES.set(rewrites(messages, text, self.memo, self.parser, salt))
         opened = self.parser is not None and self.parser.opened(text)
-        return Prompt(text, ids, gen_prompt, opened)
+        return Prompt(text, ids, gen_prompt, opened, salt)
 
     async def _render(
         self, messages: list[dict[str, Any]], plan: Any, kwargs: dict[str, Any], generation: bool
@@ -126,15 +131,19 @@ class ReasoningChat:
                 split = self.parser.split(text, prompt.opened)
                 reasoning, content = split.reasoning, split.content
             keys = {
-                turn_key({"content": text}, None),
-                turn_key({"content": content, "reasoning_content": reasoning}, None),
+                turn_key({"content": text}, None, prompt.salt),
+                turn_key({"content": content, "reasoning_content": reasoning}, None, prompt.salt),
             }
             parsed = self.tools.fmt.parse(content)
             if parsed.calls and parsed.complete:
                 calls = [{"function": {"name": c.name, "arguments": c.arguments}} for c in parsed.calls]
                 before = split_output(parsed)[0] or ""
                 keys.add(
-                    turn_key({"content": before, "reasoning_content": reasoning, "tool_calls": calls}, None)
+                    turn_key(
+                        {"content": before, "reasoning_content": reasoning, "tool_calls": calls},
+                        None,
+                        prompt.salt,
+                    )
                 )
             self.memo.record(sorted(keys), turn)
 

@@ -64,8 +64,9 @@ class Span:
     output_ids: tuple[int, ...] | None
 
 
-def turn_key(message: dict[str, Any], parser: ReasoningParser | None) -> str:
-    """What identifies an assistant turn as sent back: reasoning, content and calls, stripped."""
+def turn_key(message: dict[str, Any], parser: ReasoningParser | None, salt: str | None = None) -> str:
+    """What identifies an assistant turn as sent back: reasoning, content and calls, stripped,
+    under the request's cache salt (a tenant never gets another's generated text or tokens)."""
     content = message.get("content") or ""
     reasoning = message.get("reasoning_content")
     if reasoning is None and parser is not None:
@@ -76,7 +77,7 @@ def turn_key(message: dict[str, Any], parser: ReasoningParser | None) -> str:
         for c in message.get("tool_calls") or []
         if isinstance(c, dict)
     ]
-    return json.dumps([(reasoning or "").strip(), content.strip(), calls], sort_keys=True)
+    return json.dumps([salt, (reasoning or "").strip(), content.strip(), calls], sort_keys=True)
 
 
 def _args(arguments: Any) -> Any:
@@ -113,13 +114,13 @@ class TurnMemo:
 
 
 def substitute(
-    messages: list[dict[str, Any]], memo: TurnMemo, parser: ReasoningParser | None
+    messages: list[dict[str, Any]], memo: TurnMemo, parser: ReasoningParser | None, salt: str | None = None
 ) -> tuple[list[dict[str, Any]], dict[str, Turn]]:
     """`messages` with every remembered assistant turn replaced by a marker message; the
     markers' turns (`restore` puts them back into the rendered text)."""
     out, marks = [], {}
     for msg in messages:
-        turn = memo.lookup(turn_key(msg, parser)) if msg.get("role") == "assistant" else None
+        turn = memo.lookup(turn_key(msg, parser, salt)) if msg.get("role") == "assistant" else None
         if turn is None:
             out.append(msg)
             continue
@@ -155,7 +156,11 @@ def _overlap(before: str, gen_prompt: str) -> int:
 
 
 def rewrites(
-    messages: list[dict[str, Any]], text: str, memo: TurnMemo, parser: ReasoningParser | None
+    messages: list[dict[str, Any]],
+    text: str,
+    memo: TurnMemo,
+    parser: ReasoningParser | None,
+    salt: str | None = None,
 ) -> tuple[Rewrite, ...]:
     """Assistant turns the rendered `text` does not hold as generated: their reasoning missing,
     or (remembered turns) their generated text missing."""
@@ -166,7 +171,7 @@ def rewrites(
         reasoning = msg.get("reasoning_content")
         if reasoning is None and parser is not None:
             reasoning = parser.split(msg.get("content") or "").reasoning
-        turn = memo.lookup(turn_key(msg, parser))
+        turn = memo.lookup(turn_key(msg, parser, salt))
         if turn is not None:
             if turn.text not in text:
                 found.append(Rewrite(i, _block(turn.text, parser)))

@@ -119,6 +119,19 @@ def test_preserve_reuses_turns_sent_back_in_any_form(engine, tmp_path):
     assert steps[0]["miss"] == {"new": steps[0]["prompt_tokens"]}
 
 
+def test_turns_are_remembered_per_cache_salt(engine):
+    """Another tenant sending the same turn back gets the template's rendering, not this one's
+    generated text and tokens."""
+    with _serve(ServerArgs(reasoning_parser="qwen3"), engine) as live:
+        first = _chat(live.url, FIRST, regex=FORCED, cache_salt="a")
+        own = _chat(live.url, _turn2(first), max_tokens=1, cache_salt="a")
+        other = _chat(live.url, _turn2(first), max_tokens=1, cache_salt="b")
+    assert own["usage"]["prompt_tokens_details"]["cached_tokens"] >= first["usage"]["prompt_tokens"]
+    assert other["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+    # Qwen3's template drops the thinking block of a turn it renders itself
+    assert other["usage"]["prompt_tokens"] < own["usage"]["prompt_tokens"]
+
+
 def test_streamed_reasoning_content(engine):
     with _serve(ServerArgs(reasoning_parser="qwen3"), engine) as live:
         body = {
