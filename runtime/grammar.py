@@ -78,6 +78,20 @@ def _ll_tokenizer(tokenizer: Any) -> llguidance.LLTokenizer:
     return llguidance.LLTokenizer(json.dumps(spec), eos_token=tokenizer.eos_token_id)
 
 
+def special_literals(lark: str, tokenizer: Any) -> str:
+    """`lark` with each string literal that is exactly one special token's text (Llama 3's
+    `"<|python_tag|>"`) written as that token (`<[id]>`): llguidance matches special tokens only
+    so, and its forced-text tokenization would otherwise pick the token and then refuse it."""
+    import json
+
+    added = getattr(tokenizer, "added_tokens_decoder", None) or {}
+    for token_id, token in added.items():
+        text = getattr(token, "content", None)
+        if getattr(token, "special", False) and text:
+            lark = lark.replace(json.dumps(text, ensure_ascii=False), f"<[{int(token_id)}]>")
+    return lark
+
+
 def _byte_level(spec: dict[str, Any]) -> bool:
     pre = spec.get("pre_tokenizer") or {}
     parts = pre.get("pretokenizers", [pre]) if isinstance(pre, dict) else []
@@ -134,6 +148,8 @@ class GrammarMatcher:
         elif ebnf is not None:
             grammar_guard.check_ebnf(ebnf)
         ll_tokenizer = cls._tokenizers.get(tokenizer)
+        if lark is not None:
+            lark = special_literals(lark, tokenizer)
         matcher = grammar_guard.run_with_big_stack(
             lambda: _build(ll_tokenizer, json_schema, regex, ebnf, lark)
         )

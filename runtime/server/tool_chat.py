@@ -99,8 +99,14 @@ class ToolCalling:
         if not p.may_call and ("json_schema" in out or "regex" in out):
             return out  # the request's own constraint alone: it already decides what the text may be
         out.pop("json_schema", None)
-        out["lark"] = p.grammar(text_schema) if p.may_call else p.grammar(None)
+        begin_token = self._special(self.fmt.begin)
+        out["lark"] = p.grammar(text_schema if p.may_call else None, begin_token)
         return out
+
+    def _special(self, text: str) -> bool:
+        """Whether `text` is one special token of the served model's tokenizer."""
+        added = getattr(getattr(self.state.engine, "tokenizer", None), "added_tokens_decoder", None) or {}
+        return bool(text) and any(t.special and t.content == text for t in added.values())
 
     def shape(self, body: dict[str, Any], outs: list[dict[str, Any]], p: ToolPlan) -> None:
         """Split each choice's text into content and tool_calls (in place)."""
@@ -196,15 +202,19 @@ class ToolCalling:
 
 
 def exact_ids(engine: Any, out: dict[str, Any]) -> tuple[int, ...] | None:
-    """The output's tokens without a final stop token, if they decode to exactly its text."""
+    """The output's tokens without a final stop token, if they decode to exactly its text (with
+    special tokens skipped, as the text is detokenized by default: Llama 3's `<|python_tag|>`)."""
     ids = list(out.get("output_ids") or [])
     matched = (out.get("meta_info", {}).get("finish_reason") or {}).get("matched")
     if ids and isinstance(matched, int) and ids[-1] == matched:
         ids.pop()
     decode = getattr(engine, "decode", None)
-    if not ids or decode is None or decode(ids) != out.get("text"):
+    if not ids or decode is None:
         return None
-    return tuple(ids)
+    text = out.get("text")
+    if decode(ids) == text or decode(ids, skip_special_tokens=True) == text:
+        return tuple(ids)
+    return None
 
 
 def _deltas(events: list[Any], ids: list[str]) -> list[dict[str, Any]]:
