@@ -86,6 +86,7 @@ class TraceObserver:
             salt=self.salt,
             worker=worker_of(completion),
             output_tail=prompts.ASSISTANT_CLOSE,
+            rewrites=layout.take_rewrites(),
         )
         account = self.accounting.observe(event)
         if account.prefix_break is not None:

@@ -90,8 +90,11 @@ def _ordered_json(value: Any) -> str:
 
 def parse_action(text: str) -> Action:
     """Raises ParseError when `text` is not exactly one JSON object of a known action shape."""
+    body = text.strip().removesuffix("<|im_end|>")
+    if body.startswith("<think>") and "</think>" in body:  # a reasoning model's thinking first
+        body = body.split("</think>", 1)[1]
     try:
-        data = json.loads(text.strip().removesuffix("<|im_end|>"))
+        data = json.loads(body)
     except json.JSONDecodeError as exc:
         raise ParseError(f"invalid JSON: {exc.msg} at char {exc.pos}") from None
     if not isinstance(data, dict):

@@ -62,6 +62,7 @@ class Agent:
         tool_choice: str = "auto",
         examples: Sequence[Example] | None = None,
         ground_numbers: bool = True,
+        reasoning_history: str = "preserve",
     ) -> None:
         sampling = {"temperature": 0.0, "max_new_tokens": 256, **(sampling or {})}
         self.config = AgentConfig(
@@ -73,6 +74,7 @@ class Agent:
             sampling=sampling,
             tool_choice=tool_choice,
             ground_numbers=ground_numbers,
+            reasoning_history=reasoning_history,
         )
         names = [t.name for t in tools]
         if len(set(names)) != len(names):
@@ -156,6 +158,7 @@ class Agent:
             tokenize=self._tokenize if token_mode else None,
             dead_end=self.config.dead_end,
             examples=self.examples,
+            reasoning_history=self.config.reasoning_history,
         )
 
     def _new_session(self) -> str:

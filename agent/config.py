@@ -21,6 +21,10 @@ class AgentConfig:
     #: numeric tool arguments take a number written in the run so far (system, task, results)
     ground_numbers: bool = True
     sampling: dict[str, Any] = field(default_factory=lambda: {"temperature": 0.0, "max_new_tokens": 256})
+    #: earlier turns' thinking blocks: "preserve" keeps each turn as generated (the prefix cache
+    #: reuses it whole); "template" drops them once a new user message follows, as Qwen3's chat
+    #: template does (the trace then counts the lost tokens as `template_rewrite`)
+    reasoning_history: str = "preserve"
 
     def __post_init__(self) -> None:
         if self.max_steps < 1:
@@ -33,6 +37,8 @@ class AgentConfig:
             raise ValueError("fork_temperature must be > 0 (greedy branches would be identical)")
         if not isinstance(self.tool_choice, str) or not self.tool_choice:
             raise ValueError("tool_choice must be 'auto', 'required', 'none' or a tool name")
+        if self.reasoning_history not in ("preserve", "template"):
+            raise ValueError("reasoning_history must be 'preserve' or 'template'")
         if "json_schema" in self.sampling or "regex" in self.sampling:
             raise ValueError("the agent sets json_schema itself; do not pass it in sampling")
 

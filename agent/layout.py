@@ -11,6 +11,7 @@ from __future__ import annotations
 import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from agent import prompts
 from agent.examples import Example, render_examples
@@ -80,8 +81,13 @@ class PromptLayout:
         tokenize: Tokenize | None = None,
         dead_end: bool = False,
         examples: Sequence[Example] = (),
+        reasoning_history: str = "preserve",
     ) -> None:
         self._system = system
+        #: "template": earlier outputs lose their thinking block when a user message follows
+        self._drop_thinking = reasoning_history == "template"
+        self._outputs: list[int] = []  # log indexes of the model's outputs
+        self._rewrites: list[dict[str, Any]] = []  # dropped blocks not yet reported
         self._examples = tuple(examples)
         self._tools = tuple(tools)
         self._documents = tuple(documents)
@@ -120,7 +126,27 @@ class PromptLayout:
     # -- appending ---------------------------------------------------------------------------
 
     def add_message(self, role: str, content: str) -> None:
+        if role == "user" and self._drop_thinking:
+            self._strip_thinking()
         self._log.append(self._piece(prompts.MESSAGE.format(role=role, content=content)))
+
+    def _strip_thinking(self) -> None:
+        """What a reasoning template (Qwen3's) does to the turns before a new user message."""
+        for index in self._outputs:
+            if index >= len(self._log):
+                continue
+            text = self._log[index].text
+            start, end = text.find(prompts.THINK_OPEN), text.find(prompts.THINK_CLOSE)
+            if start < 0 or end < start:
+                continue
+            stop = end + len(prompts.THINK_CLOSE)
+            self._log[index] = self._piece(text[:start] + text[stop:].lstrip("\n"))
+            self._rewrites.append({"message": index, "dropped": text[start:stop]})
+
+    def take_rewrites(self) -> tuple[dict[str, Any], ...]:
+        """Thinking blocks dropped since the last call (the trace's `template_rewrite`)."""
+        out, self._rewrites = tuple(self._rewrites), []
+        return out
 
     def add_assistant(self, text: str, output_ids: Sequence[int]) -> Piece:
         """The model's turn, exactly as generated, after the generation prompt it answered.
@@ -131,6 +157,7 @@ class PromptLayout:
         if self._tokenize is not None:
             ids = tuple(output_ids) if output_ids else tuple(self._tokenize(text))
         out = Piece(text, ids)
+        self._outputs.append(len(self._log))
         self._log.append(out)
         self._log.append(self._close(text, ids))
         return out
@@ -152,6 +179,7 @@ class PromptLayout:
         if not 0 <= mark <= len(self._log):
             raise ValueError(f"mark {mark} outside the log (0..{len(self._log)})")
         del self._log[mark:]
+        self._outputs = [i for i in self._outputs if i < mark]
 
     def render(self, mark: int | None = None, generation_prompt: bool = True) -> Prompt:
         """Head + log[:mark] (+ the assistant generation prompt)."""
@@ -215,7 +243,10 @@ class PromptLayout:
             "_head",
             "_gen",
             "_im_end",
+            "_drop_thinking",
         ):
             setattr(other, name, getattr(self, name))
         other._log = list(self._log)
+        other._outputs = list(self._outputs)
+        other._rewrites = []
         return other

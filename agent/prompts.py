@@ -12,6 +12,8 @@ IM_END = "<|im_end|>"
 MESSAGE = IM_START + "{role}\n{content}" + IM_END + "\n"
 GENERATION_PROMPT = IM_START + "assistant\n"
 ASSISTANT_CLOSE = IM_END + "\n"
+#: a reasoning model's thinking block (Qwen3, DeepSeek-R1); see AgentConfig.reasoning_history
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 
 PROTOCOL = (
     "Reply with exactly one JSON object and nothing else:\n"

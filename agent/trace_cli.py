@@ -16,6 +16,7 @@ from agent.trace import MISS_CAUSES, StepRecord, read_trace
 CAUSE_PHRASES = {
     "new": "new",
     "prompt_change": "a prompt change",
+    "template_rewrite": "the chat template re-rendering earlier turns (e.g. dropping thinking)",
     "eviction": "evicted",
     "eviction_inferred": "evicted (inferred: the server does not say)",
     "namespace": "under another cache salt",
@@ -27,6 +28,7 @@ CAUSE_PHRASES = {
 }
 SHORT = {
     "prompt_change": "change",
+    "template_rewrite": "tmpl",
     "eviction_inferred": "evict?",
     "eviction": "evict",
     "last_token": "last",

@@ -23,7 +23,7 @@ from runtime.config import EngineConfig, check_pool_fits, derive_pool_size
 from runtime.decode_kernel import DecodeKernel, KernelUnavailable
 from runtime.errors import InvalidRequest
 from runtime.hf_model import HFModel
-from runtime.model import SUPPORTED, LlamaModel, ModelConfig
+from runtime.model import LlamaModel, ModelConfig, UnsupportedModel
 from runtime.scheduler import Scheduler
 
 if TYPE_CHECKING:  # the tier's modules (and the redis client) load only when it is enabled
@@ -61,15 +61,16 @@ def build_model(config: EngineConfig, loaded: model_files.LoadedModel) -> LlamaM
     """The compact forward where the architecture has one, else HF transformers' (slower)."""
     assert config.dtype is not None  # EngineConfig resolves the default in __post_init__
     dtype, device = DTYPES[config.dtype], config.device
-    if loaded.hf_config.model_type in SUPPORTED:
-        return LlamaModel(
-            ModelConfig.from_hf(loaded.hf_config), loaded.state_dict, dtype, device, config.torchao_config
-        )
+    arch = loaded.hf_config.model_type
+    try:
+        cfg = ModelConfig.from_hf(loaded.hf_config)
+    except UnsupportedModel as e:
+        why = str(e)
+    else:
+        return LlamaModel(cfg, loaded.state_dict, dtype, device, config.torchao_config)
     if config.torchao_config:
-        raise ValueError(f"torchao_config needs the compact forward; {loaded.hf_config.model_type} has none")
-    log.warning(
-        "%s has no compact forward: using the HF transformers fallback (slower)", loaded.hf_config.model_type
-    )
+        raise ValueError(f"torchao_config needs the compact forward; {arch} has none here ({why})")
+    log.warning("%s has no compact forward (%s): using the HF transformers fallback (slower)", arch, why)
     return HFModel(loaded.hf_model, dtype, device)
 
 

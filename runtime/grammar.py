@@ -41,11 +41,73 @@ class _TokenizerCache:
             cached = self._by_ref.get(tokenizer)
             if cached is None:
                 try:
-                    cached = llguidance.hf.from_tokenizer(tokenizer)
+                    cached = _ll_tokenizer(tokenizer)
                 except ValueError as exc:
                     raise GrammarError(f"tokenizer not supported by llguidance: {exc}") from exc
                 self._by_ref[tokenizer] = cached
             return cached
+
+
+def _ll_tokenizer(tokenizer: Any) -> llguidance.LLTokenizer:
+    """llguidance's view of an HF tokenizer, with added tokens that are not special (Qwen3's
+    `<think>`, `</think>`, `<tool_call>`) as the text they stand for.
+
+    llguidance treats every added token as special (bytes it never matches to text), while its
+    forced-text tokenization still produces them: a grammar that spells `<think>` or
+    `<tool_call>` was forced onto the added token and then refused it. As byte-level vocabulary
+    entries they are ordinary text tokens, which is what the model's tokenizer says they are."""
+    import json
+    from copy import copy
+
+    if not hasattr(tokenizer, "backend_tokenizer"):
+        return llguidance.hf.from_tokenizer(tokenizer)
+    backend = copy(tokenizer.backend_tokenizer)
+    backend.no_padding()
+    backend.no_truncation()
+    spec = json.loads(backend.to_str())
+    model = spec.get("model") or {}
+    if model.get("type") == "BPE" and isinstance(model.get("vocab"), dict) and _byte_level(spec):
+        table = _bytes_to_unicode()
+        kept = []
+        for tok in spec.get("added_tokens") or []:
+            if tok.get("special") or not tok.get("content"):
+                kept.append(tok)
+                continue
+            model["vocab"]["".join(table[b] for b in tok["content"].encode())] = tok["id"]
+        spec["added_tokens"] = kept
+    return llguidance.LLTokenizer(json.dumps(spec), eos_token=tokenizer.eos_token_id)
+
+
+def special_literals(lark: str, tokenizer: Any) -> str:
+    """`lark` with each string literal that is exactly one special token's text (Llama 3's
+    `"<|python_tag|>"`) written as that token (`<[id]>`): llguidance matches special tokens only
+    so, and its forced-text tokenization would otherwise pick the token and then refuse it."""
+    import json
+
+    added = getattr(tokenizer, "added_tokens_decoder", None) or {}
+    for token_id, token in added.items():
+        text = getattr(token, "content", None)
+        if getattr(token, "special", False) and text:
+            lark = lark.replace(json.dumps(text, ensure_ascii=False), f"<[{int(token_id)}]>")
+    return lark
+
+
+def _byte_level(spec: dict[str, Any]) -> bool:
+    pre = spec.get("pre_tokenizer") or {}
+    parts = pre.get("pretokenizers", [pre]) if isinstance(pre, dict) else []
+    return any(isinstance(p, dict) and p.get("type") == "ByteLevel" for p in parts)
+
+
+def _bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's byte-level alphabet: each byte as the character BPE vocabularies store it as."""
+    keep = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    chars, extra = list(keep), 0
+    for b in range(256):
+        if b not in keep:
+            keep.append(b)
+            chars.append(256 + extra)
+            extra += 1
+    return {b: chr(c) for b, c in zip(keep, chars, strict=True)}
 
 
 class GrammarMatcher:
@@ -86,6 +148,8 @@ class GrammarMatcher:
         elif ebnf is not None:
             grammar_guard.check_ebnf(ebnf)
         ll_tokenizer = cls._tokenizers.get(tokenizer)
+        if lark is not None:
+            lark = special_literals(lark, tokenizer)
         matcher = grammar_guard.run_with_big_stack(
             lambda: _build(ll_tokenizer, json_schema, regex, ebnf, lark)
         )

@@ -27,6 +27,7 @@ log = logging.getLogger(__name__)
 MISS_CAUSES = (
     "new",
     "prompt_change",
+    "template_rewrite",
     "eviction",
     "eviction_inferred",
     "namespace",
@@ -280,6 +281,10 @@ class StepEvent:
     worker: str | None = None
     #: character mode: text that follows the output in the next prompt (the turn's close)
     output_tail: str = ""
+    #: assistant turns the chat template did not render as generated, each {"message": index,
+    #: "dropped": text} (runtime/server/reasoning_history.py): a break they explain is counted
+    #: as `template_rewrite`, not `prompt_change`
+    rewrites: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -308,6 +313,8 @@ class StepAccounting:
         if isinstance(ev.units, str):  # characters (no tokenizer): convert to the server's tokens
             m, expected = self._chars_to_tokens(ev, m, expected)
         miss = attribute(ev.served, m, None if expected is None else len(expected))
+        if brk is not None and ev.rewrites:
+            miss, brk = _template_rewrite(miss, brk, ev.rewrites)
         ideal = min(m.any, max(p - 1, 0))
         self._remember(ev)
         return Account(max(ideal, 0), brk, miss)
@@ -334,3 +341,17 @@ class StepAccounting:
             self.ideal.add_anchor(ev.units + str(ev.outputs) + ev.output_tail, p + ev.completion_tokens)
         if self.ideal is not self.breaks:
             self.ideal.record(ev.branch, ev.units, ev.outputs, ev.salt, ev.worker)
+
+
+def _template_rewrite(
+    miss: dict[str, int], brk: dict[str, Any], rewrites: tuple[dict[str, Any], ...]
+) -> tuple[dict[str, int], dict[str, Any]]:
+    """The break was the chat template re-rendering earlier assistant turns otherwise than they
+    were generated: what extending the previous prompt would have served counts as
+    `template_rewrite` (same total), and the break names the turns and what was dropped."""
+    out = dict(miss)
+    moved = out.pop("prompt_change", 0)
+    if moved:
+        out["template_rewrite"] = moved
+    ordered = {k: out[k] for k in MISS_CAUSES if out.get(k)}
+    return ordered, {**brk, "cause": "template_rewrite", "rewrites": list(rewrites)}

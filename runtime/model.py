@@ -1,4 +1,4 @@
-"""A compact forward pass for llama-family models (Llama, SmolLM2, Qwen2, Mistral).
+"""A compact forward pass for llama-family models (Llama 2/3.x, SmolLM2, Qwen2, Qwen3, Mistral).
 
 Per-step overhead, not arithmetic, limits a 135M model on a CPU, so each layer is a handful
 of fused matmuls. Linear layers run over all tokens of a step at once (every request in
@@ -17,56 +17,11 @@ import torch.nn.functional as F
 from runtime.attention import InvariantAttention, padded_length
 from runtime.cache.kv_format import KVFormat
 from runtime.decode_kernel import DecodeKernel, DecodePlan, DecodePlans, silu_mul
+from runtime.model_config import SUPPORTED, ModelConfig, UnsupportedModel
 from runtime.quant import Dense, Int8, Linear, WeightFormat
+from runtime.rope import tables
 
-SUPPORTED = ("llama", "qwen2", "mistral")
-
-
-@dataclass(frozen=True, slots=True)
-class ModelConfig:
-    arch: str
-    vocab_size: int
-    hidden: int
-    layers: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    intermediate: int
-    rope_theta: float
-    eps: float
-    max_positions: int
-    tie_embeddings: bool
-
-    @classmethod
-    def from_hf(cls, c) -> ModelConfig:
-        if c.model_type not in SUPPORTED:
-            raise ValueError(f"architecture {c.model_type!r} is not supported (supported: {SUPPORTED})")
-        rope = getattr(c, "rope_parameters", None) or {}
-        if rope.get("rope_type", "default") != "default":
-            raise ValueError(f"rope scaling {rope.get('rope_type')!r} is not supported")
-        theta = rope.get("rope_theta", getattr(c, "rope_theta", 10000.0))
-        head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
-        return cls(
-            c.model_type,
-            c.vocab_size,
-            c.hidden_size,
-            c.num_hidden_layers,
-            c.num_attention_heads,
-            c.num_key_value_heads,
-            head_dim,
-            c.intermediate_size,
-            float(theta),
-            float(c.rms_norm_eps),
-            c.max_position_embeddings,
-            bool(getattr(c, "tie_word_embeddings", False)),
-        )
-
-    @property
-    def params(self) -> int:
-        q, kv = self.heads * self.head_dim, self.kv_heads * self.head_dim
-        per_layer = self.hidden * (2 * q + 2 * kv) + 3 * self.hidden * self.intermediate + 2 * self.hidden
-        head = 0 if self.tie_embeddings else self.vocab_size * self.hidden
-        return self.layers * per_layer + self.vocab_size * self.hidden + head + self.hidden
+__all__ = ["SUPPORTED", "LlamaModel", "ModelConfig", "Segment", "SeqKV", "UnsupportedModel"]
 
 
 @dataclass(slots=True, eq=False)
@@ -161,6 +116,9 @@ class Layer:
     ln2: torch.Tensor
     gate_up: Linear  # gate and up projections fused
     down: Linear
+    #: Qwen3's per-head RMSNorm weights before the rope: q_norm for each query head, then k_norm
+    #: for each KV head, [heads + kv_heads, head_dim] (None: no q/k norm)
+    qk_norm: torch.Tensor | None = None
 
 
 class LlamaModel:
@@ -192,13 +150,11 @@ class LlamaModel:
             table = self.lm_head.weight if tied else w("model.embed_tokens.weight")
             self._embed = table.__getitem__
         self.norm = w("model.norm.weight")
-        self.layers = [self._layer(fmt, w, state, f"model.layers.{i}.") for i in range(cfg.layers)]
-        inv_freq = 1.0 / cfg.rope_theta ** (
-            torch.arange(0, cfg.head_dim, 2, dtype=torch.float32) / cfg.head_dim
+        self.layers = [self._layer(cfg, fmt, w, state, f"model.layers.{i}.") for i in range(cfg.layers)]
+        # [pos, head_dim], HF's rotate_half layout; a GGUF's rope_freqs divides the frequencies
+        self.cos, self.sin = tables(
+            cfg.rotary, cfg.head_dim, cfg.max_positions, device, dtype, state.get(ROPE_FREQS)
         )
-        angles = torch.outer(torch.arange(cfg.max_positions, dtype=torch.float32), inv_freq)
-        emb = torch.cat([angles, angles], dim=-1)  # [pos, head_dim], HF's rotate_half layout
-        self.cos, self.sin = emb.cos().to(device, dtype), emb.sin().to(device, dtype)
         self.invariant = InvariantAttention.build(cfg.heads, cfg.kv_heads, cfg.head_dim, device)
         # MKL's dense fp32 matmuls give other last bits for 1-3, 5-7 and 9-11 rows than for the
         # same rows among more (measured); the int4/int8 kernels and bf16 are row-independent
@@ -206,19 +162,29 @@ class LlamaModel:
 
     @staticmethod
     def _layer(
-        fmt: WeightFormat, w: Callable[[str], torch.Tensor], state: dict[str, torch.Tensor], p: str
+        cfg: ModelConfig,
+        fmt: WeightFormat,
+        w: Callable[[str], torch.Tensor],
+        state: dict[str, torch.Tensor],
+        p: str,
     ) -> Layer:
-        qkv = torch.cat([state[p + f"self_attn.{x}_proj.weight"] for x in "qkv"])
-        biases = [state.get(p + f"self_attn.{x}_proj.bias") for x in "qkv"]
-        qkv_bias = torch.cat(biases) if all(b is not None for b in biases) else None  # type: ignore[arg-type]
-        gate_up = torch.cat([state[p + "mlp.gate_proj.weight"], state[p + "mlp.up_proj.weight"]])
+        """One decoder layer; biases wherever the checkpoint has them (Qwen2's q/k/v, Llama's
+        `attention_bias` on q/k/v/o, `mlp_bias`)."""
+        a, m = p + "self_attn.", p + "mlp."
+        qkv = torch.cat([state[a + f"{x}_proj.weight"] for x in "qkv"])
+        gate_up = torch.cat([state[m + "gate_proj.weight"], state[m + "up_proj.weight"]])
+        qk_norm = None
+        if cfg.qk_norm:
+            qn, kn = w(a + "q_norm.weight"), w(a + "k_norm.weight")
+            qk_norm = torch.cat([qn.expand(cfg.heads, -1), kn.expand(cfg.kv_heads, -1)]).contiguous()
         return Layer(
             w(p + "input_layernorm.weight"),
-            fmt.linear(qkv, qkv_bias),
-            fmt.linear(state[p + "self_attn.o_proj.weight"]),
+            fmt.linear(qkv, _fused_bias(state, [a + f"{x}_proj.bias" for x in "qkv"])),
+            fmt.linear(state[a + "o_proj.weight"], state.get(a + "o_proj.bias")),
             w(p + "post_attention_layernorm.weight"),
-            fmt.linear(gate_up),
-            fmt.linear(state[p + "mlp.down_proj.weight"]),
+            fmt.linear(gate_up, _fused_bias(state, [m + "gate_proj.bias", m + "up_proj.bias"])),
+            fmt.linear(state[m + "down_proj.weight"], state.get(m + "down_proj.bias")),
+            qk_norm,
         )
 
     @property
@@ -256,6 +222,8 @@ class LlamaModel:
                 p + "input_layernorm.weight": (cfg.hidden,),
                 p + "post_attention_layernorm.weight": (cfg.hidden,),
             }
+            if cfg.qk_norm:
+                shapes |= {p + f"self_attn.{x}_norm.weight": (cfg.head_dim,) for x in "qk"}
         state = {
             k: (torch.ones(s) if len(s) == 1 else torch.randn(s, generator=g) * 0.02)
             for k, s in shapes.items()
@@ -266,6 +234,15 @@ class LlamaModel:
         # One fused op, bit-identical to HF's LlamaRMSNorm (fp32 math, cast back, then the weight):
         # a 135M model's step is ~40 small ops per layer, so op count is speed.
         return F.rms_norm(x.float(), (x.shape[-1],), None, self.cfg.eps).to(x.dtype) * weight
+
+    def _qk_norm(self, h: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        """Qwen3's q_norm / k_norm: RMSNorm over each head's head_dim on the q and k parts of the
+        qkv rows h, as HF's Qwen3RMSNorm rounds it; v passes unchanged."""
+        cfg = self.cfg
+        qk_width = (cfg.heads + cfg.kv_heads) * cfg.head_dim
+        qk = h[:, :qk_width].reshape(-1, cfg.heads + cfg.kv_heads, cfg.head_dim)
+        normed = self._rms(qk, weight).reshape(-1, qk_width)
+        return torch.cat([normed, h[:, qk_width:]], dim=-1)
 
     def _rope(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         half = x.shape[-1] // 2
@@ -320,6 +297,8 @@ class LlamaModel:
         qd, kd = cfg.heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim
         for li, layer in enumerate(self.layers):
             h = mm(layer.qkv, rms(x, layer.ln1))  # [N, qd + 2 kd]
+            if layer.qk_norm is not None:
+                h = self._qk_norm(h, layer.qk_norm)
             if plans is not None:
                 assert decode_kernel is not None
                 attn = decode_kernel.layer_step(plans, li, h, cos_rows, sin_rows)
@@ -442,6 +421,20 @@ class LlamaModel:
             )
             outs.append(o.view(1, -1) if n == 1 else o[0].transpose(0, 1).reshape(n, -1))
         return (outs[0] if len(outs) == 1 else torch.cat(outs)).to(self.dtype)
+
+
+#: the state-dict key of per-frequency rope divisors (a Llama 3 GGUF's `rope_freqs`, see model_files)
+ROPE_FREQS = "rope_freqs"
+
+
+def _fused_bias(state: dict[str, torch.Tensor], names: list[str]) -> torch.Tensor | None:
+    """The fused projection's bias: every part's, None when none has one (a missing part is zeros)."""
+    found = [state.get(n) for n in names]
+    if all(b is None for b in found):
+        return None
+    weights = [state[n.removesuffix("bias") + "weight"] for n in names]
+    parts = [b if b is not None else wt.new_zeros(wt.shape[0]) for b, wt in zip(found, weights, strict=True)]
+    return torch.cat(parts)
 
 
 def _call(f: Linear, x: torch.Tensor) -> torch.Tensor:

@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from runtime import gguf_fixes
 from runtime.config import offline_hub
 
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -36,7 +37,7 @@ def default_model_path() -> str:
 
 def load(model_path: str | None, dtype: torch.dtype) -> LoadedModel:
     offline_hub()
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
     # Its per-tensor progress bars and the (wrong, on this path) "weights stay quantized"
@@ -47,14 +48,17 @@ def load(model_path: str | None, dtype: torch.dtype) -> LoadedModel:
     path = Path(model_path or default_model_path())
     if not path.exists():
         raise FileNotFoundError(f"model path {path} does not exist")
+    fixes, config = gguf_fixes.GGUFFixes(), {}
     if path.suffix == ".gguf":
         kwargs: dict[str, Any] = {"gguf_file": path.name}
         folder = path.parent
+        fixes = gguf_fixes.read(path)
+        config = {"config": fixes.apply(AutoConfig.from_pretrained(folder, **kwargs))}
     else:
         kwargs, folder = {}, path
     tokenizer = AutoTokenizer.from_pretrained(folder, **kwargs)
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, **kwargs)
-    state = {k: v.detach() for k, v in model.state_dict().items()}
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, **kwargs, **config)
+    state = {k: v.detach() for k, v in model.state_dict().items()} | fixes.tensors
     name = path.stem if path.suffix == ".gguf" else path.name
     return LoadedModel(
         name=name,

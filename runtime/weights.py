@@ -11,7 +11,7 @@ import torch
 from runtime import model_files
 from runtime.engine_build import DTYPES
 from runtime.errors import InvalidRequest
-from runtime.model import SUPPORTED, LlamaModel, ModelConfig
+from runtime.model import LlamaModel, ModelConfig
 
 #: SGLang's `load_format` values this loader serves (None and "auto" pick by the path)
 LOAD_FORMATS = (None, "auto", "gguf", "safetensors")
@@ -39,9 +39,7 @@ def load_compatible(model_path: str, current: Any, config: Any) -> LlamaModel:
         raise InvalidRequest(f"model_path: {model_path!r} does not exist")
     try:
         loaded = model_files.load(model_path, torch.float32)
-        if loaded.hf_config.model_type not in SUPPORTED:
-            raise ValueError(f"architecture {loaded.hf_config.model_type!r} is not supported")
-        cfg = ModelConfig.from_hf(loaded.hf_config)
+        cfg = ModelConfig.from_hf(loaded.hf_config)  # UnsupportedModel is a ValueError
     except (OSError, ValueError) as exc:
         raise InvalidRequest(f"model_path: cannot load {model_path!r}: {exc}") from exc
     if _shape(cfg) != _shape(current.cfg):

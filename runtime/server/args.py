@@ -32,6 +32,10 @@ class ServerArgs:
     max_request_bytes: int = 32 * 2**20
     #: how tool calls look in the model's output (runtime/server/tool_formats.py)
     tool_call_parser: str = "qwen25"
+    #: splits the thinking block out of outputs (runtime/server/reasoning.py); None: off
+    reasoning_parser: str | None = None
+    #: earlier assistant turns: `preserve` (as generated) or `template` (the template's rendering)
+    reasoning_history: str = "preserve"
     #: seconds a request may take to arrive whole (headers and body) once begun
     timeout_read: float = 30.0
     #: seconds an idle keep-alive connection is kept (uvicorn's own flag)
@@ -62,6 +66,13 @@ class ServerArgs:
 
         if self.tool_call_parser not in FORMATS:
             raise ValueError(f"tool_call_parser must be one of {sorted(FORMATS)}")
+        from runtime.server.reasoning import PARSERS
+        from runtime.server.reasoning_history import HISTORY_MODES
+
+        if self.reasoning_parser is not None and self.reasoning_parser not in PARSERS:
+            raise ValueError(f"reasoning_parser must be one of {sorted(PARSERS)}")
+        if self.reasoning_history not in HISTORY_MODES:
+            raise ValueError(f"reasoning_history must be one of {HISTORY_MODES}")
         if not (self.timeout_read > 0 and self.timeout_keep_alive > 0):
             raise ValueError("timeout_read and timeout_keep_alive must be > 0")
         if self.limit_concurrency < 1 or self.h11_max_incomplete_event_size < 1024:
@@ -79,6 +90,8 @@ class ServerArgs:
             "served_model_name": self.served_model_name,
             "log_level": self.log_level,
             "tool_call_parser": self.tool_call_parser,
+            "reasoning_parser": self.reasoning_parser,
+            "reasoning_history": self.reasoning_history,
             "max_threads": self.max_threads,
             "max_request_bytes": self.max_request_bytes,
             "timeout_read": self.timeout_read,
@@ -157,6 +170,21 @@ def build_parser() -> argparse.ArgumentParser:
         default="qwen25",
         choices=_tool_formats(),
         help="tool-call format in the model's output (SGLang's names; qwen25 = hermes-style <tool_call>{...}</tool_call>)",
+    )
+    p.add_argument(
+        "--reasoning-parser",
+        default=None,
+        choices=("qwen3", "deepseek-r1"),
+        help="return the thinking block apart: message.reasoning_content / delta.reasoning_content "
+        "(SGLang's names; see docs/models.md)",
+    )
+    p.add_argument(
+        "--reasoning-history",
+        default="preserve",
+        choices=("preserve", "template"),
+        help="earlier assistant turns: preserve = rendered exactly as generated (the cache keeps "
+        "them), template = the chat template's rendering (a template that drops thinking shows as "
+        "template_rewrite in the trace)",
     )
     p.add_argument(
         "--max-threads",
@@ -300,6 +328,8 @@ def server_args(ns: argparse.Namespace) -> ServerArgs:
         log_level=ns.log_level,
         max_request_bytes=ns.max_request_bytes,
         tool_call_parser=ns.tool_call_parser,
+        reasoning_parser=ns.reasoning_parser,
+        reasoning_history=ns.reasoning_history,
         max_threads=ns.max_threads,
         timeout_read=ns.timeout_read,
         timeout_keep_alive=ns.timeout_keep_alive,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from typing import Any
 
@@ -24,6 +24,8 @@ from runtime.server.errors import ApiError
 from runtime.server.openai_stream import close_merged, merge_streams
 from runtime.server.openai_usage import finish_of as _finish
 from runtime.server.openai_usage import usage
+from runtime.server.reasoning import REASONING, ReasoningStream
+from runtime.server.reasoning_chat import ReasoningChat
 from runtime.server.schemas import ChatCompletionRequest, ChatMessage, CompletionRequest, _OpenAIBase
 from runtime.server.state import ServerState
 from runtime.server.tool_chat import ToolCalling
@@ -54,39 +56,48 @@ def openai_router(state: ServerState) -> APIRouter:
         return JSONResponse(call.completion_body(outs, echo))
 
     tools = ToolCalling(state)
+    reasoning = ReasoningChat(state, tools)
 
     @r.post("/v1/chat/completions")
     async def chat_completions(req: ChatCompletionRequest, request: Request) -> Response:
         messages = [_message_dict(i, m) for i, m in enumerate(req.messages)]
         template_kwargs = _template_kwargs(req.chat_template_kwargs)
-        plan, ids = tools.plan(req), None
-        if plan is not None or tools.touches_tools(messages):
-            text, ids = await tools.prompt(messages, plan, template_kwargs)
-        else:
-            text = await state.bridge.call(
-                state.engine.apply_chat_template, messages, add_generation_prompt=True, **template_kwargs
-            )
-        if ids is None:
+        reasoning.check(req, template_kwargs)
+        plan = tools.plan(req)
+        # earlier turns as generated (runtime/server/reasoning_history.py): ids where they fix tokens
+        prompt = await reasoning.prompt(messages, plan, template_kwargs, req.cache_salt)
+        text = prompt.text
+        if prompt.ids is None:
             requests = _requests(state, req, req.max_new_tokens, prompt=text)
         else:
-            requests = _requests(state, req, req.max_new_tokens, input_ids=ids)
+            requests = _requests(state, req, req.max_new_tokens, input_ids=prompt.ids)
         if plan is not None:
             requests = [
                 replace(r, sampling_params=tools.constrain(r.sampling_params, req, plan)) for r in requests
             ]
+        requests = [
+            replace(r, sampling_params=reasoning.constrain(dict(r.sampling_params), prompt, template_kwargs))
+            for r in requests
+        ]
         call = _Call(state, req, "chat.completion", "chatcmpl")
+        call.on_done = lambda lasts: reasoning.record(lasts, prompt)
         if req.stream:
             _check_single(req, text)
             if plan is not None and plan.may_call:
                 tools.check_streamable(req)
                 chunks = await state.bridge.open_stream(requests[0])
-                return StreamingResponse(tools.stream(call, chunks, plan), media_type="text/event-stream")
+                thinking = reasoning.streamer(prompt, req.separate_reasoning)
+                events = tools.stream(call, chunks, plan, thinking)
+                return StreamingResponse(events, media_type="text/event-stream")
             streams = await _open_streams(state, requests, req.n)
+            call.splitters = [reasoning.streamer(prompt, req.separate_reasoning) for _ in streams]
             return StreamingResponse(call.stream(streams, chat=True), media_type="text/event-stream")
         outs = await abort_on_disconnect(state, request, _rid(requests), _generate_n(state, requests, req))
         body = call.chat_body(outs)
+        reasoning.shape(body, prompt, req.separate_reasoning)
         if plan is not None:
             tools.shape(body, outs, plan)
+        reasoning.record(outs, prompt)
         return JSONResponse(body)
 
     @r.get("/v1/models")
@@ -274,6 +285,10 @@ class _Call:
         self.created = int(time.time())
         self.model = req.model or state.model_name
         self.logprobs = bool(req.logprobs is not None and req.logprobs is not False)
+        #: per choice, the reasoning parser's splitter (chat streams with --reasoning-parser)
+        self.splitters: list[ReasoningStream | None] = []
+        #: called with each choice's last chunk once a stream has ended whole
+        self.on_done: Callable[[list[dict[str, Any]]], None] | None = None
 
     def _envelope(self, object_: str, choices: list[dict[str, Any]]) -> dict[str, Any]:
         return {
@@ -323,10 +338,17 @@ class _Call:
         return body
 
     def _chunk(
-        self, chat: bool, index: int, delta: str, reason: str | None, role: bool = False, logprobs: Any = None
+        self,
+        chat: bool,
+        index: int,
+        delta: str,
+        reason: str | None,
+        role: bool = False,
+        logprobs: Any = None,
+        key: str = "content",
     ) -> dict[str, Any]:
         if chat:
-            payload: dict[str, Any] = {"role": "assistant", "content": delta} if role else {"content": delta}
+            payload: dict[str, Any] = {"role": "assistant", key: delta} if role else {key: delta}
             choice = {"index": index, "delta": payload, "logprobs": logprobs, "finish_reason": reason}
             return self._envelope("chat.completion.chunk", [choice])
         choice = {"index": index, "text": delta, "logprobs": logprobs, "finish_reason": reason}
@@ -377,12 +399,24 @@ class _Call:
         sent[i] = text
         count = len(entries["content"] if chat else entries["tokens"]) if entries else 0
         lp_sent[i] += count
+        splitter = self.splitters[i] if i < len(self.splitters) else None
+        pieces = [("content", delta)] if splitter is None else self._split(splitter, text, meta)
         events = []
-        if delta or count:
-            events.append(sse(self._with_usage(self._chunk(chat, i, delta, None, logprobs=entries), meta)))
+        for n, (kind, piece) in enumerate(pieces):
+            if piece or (count and n == 0):
+                key = "reasoning_content" if kind == REASONING else "content"
+                body = self._chunk(chat, i, piece, None, logprobs=entries if n == 0 else None, key=key)
+                events.append(sse(self._with_usage(body, meta)))
+        if not pieces and count:
+            events.append(sse(self._with_usage(self._chunk(chat, i, "", None, logprobs=entries), meta)))
         if meta.get("finish_reason") is not None:
             events.append(sse(self._with_usage(self._chunk(chat, i, "", _finish(meta)[0]), meta)))
         return events
+
+    @staticmethod
+    def _split(splitter: ReasoningStream, text: str, meta: dict[str, Any]) -> list[tuple[str, str]]:
+        """A chat choice's new reasoning / content pieces (flushed on its last chunk)."""
+        return splitter.finish(text) if meta.get("finish_reason") is not None else splitter.feed(text)
 
     def _new_logprobs(
         self, meta: dict[str, Any], chat: bool, start: int, offset: int
@@ -403,6 +437,8 @@ class _Call:
         """When asked, the usage chunk (empty `choices`) over every choice."""
         metas = [chunk.get("meta_info", {}) for chunk in last]
         self.state.observe("openai", last, stream=True)
+        if self.on_done is not None and chat:
+            self.on_done(last)
         if not self.req.include_usage:
             return []
         body = self._envelope("chat.completion.chunk" if chat else "text_completion", [])

@@ -349,6 +349,9 @@ class ChatCompletionRequest(_OpenAIBase):
     chat_template_kwargs: dict[str, Any] | None = None
     logprobs: bool | None = None
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    #: SGLang's: with --reasoning-parser, the thinking block comes back as `reasoning_content`;
+    #: false keeps the raw text in `content`
+    separate_reasoning: bool = True
 
     @property
     def max_new_tokens(self) -> int | None:

@@ -85,13 +85,13 @@ class ToolPlan:
     def may_call(self) -> bool:
         return self.choice != "none" and bool(self.tools)
 
-    def grammar(self, text_schema: dict[str, Any] | None) -> str:
+    def grammar(self, text_schema: dict[str, Any] | None, begin_token: bool = False) -> str:
         chosen = [t for t in self.tools if self.forced is None or t.name == self.forced]
         pairs = [(t.name, _grammar_params(t.parameters)) for t in chosen]
         choice = "required" if self.forced is not None else self.choice
         # a named tool is one call (as SGLang and vLLM force it); parallel_tool_calls governs the rest
         parallel = self.parallel and self.forced is None
-        return tool_grammar.build(self.fmt, choice, pairs, parallel, text_schema)
+        return tool_grammar.build(self.fmt, choice, pairs, parallel, text_schema, begin_token)
 
 
 def _grammar_params(params: dict[str, Any]) -> dict[str, Any]:

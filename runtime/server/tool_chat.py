@@ -10,6 +10,7 @@ from typing import Any
 from runtime.server.bridge import SSE_DONE, close_stream, sse, sse_error
 from runtime.server.errors import ApiError
 from runtime.server.openai_usage import finish_of, usage
+from runtime.server.reasoning import REASONING, ReasoningStream
 from runtime.server.schemas import ChatCompletionRequest
 from runtime.server.state import ServerState
 from runtime.server.tool_calls import ToolPlan, new_call_id, openai_calls, plan, split_output
@@ -19,7 +20,6 @@ from runtime.server.tool_prompt import (
     Hit,
     fallback_messages,
     native_messages,
-    splice_ids,
     template_takes_tools,
     tools_block,
 )
@@ -62,9 +62,11 @@ class ToolCalling:
         messages: list[dict[str, Any]],
         p: ToolPlan | None,
         template_kwargs: dict[str, Any] | None = None,
-    ) -> tuple[str, list[int] | None]:
-        """The prompt text and, where earlier tool-call turns are restored from the memo, its tokens
-        with those turns as generated (send these: they are what the cache holds)."""
+        generation: bool = True,
+    ) -> tuple[str, list[Hit]]:
+        """The prompt text and the earlier tool-call turns restored from the memo, in order (their
+        tokens as generated: `splice_ids` makes the prompt's tokens, what the cache holds).
+        `generation`: end with the template's generation prompt."""
         tools = p.tools if p is not None else ()
         engine = self.state.engine
         tokenizer = getattr(engine, "tokenizer", None)
@@ -75,17 +77,16 @@ class ToolCalling:
                 native_messages(messages),
                 tools=defs,
                 tokenize=False,
-                add_generation_prompt=True,
+                add_generation_prompt=generation,
                 **(template_kwargs or {}),
             )
-            return text, None
+            return text, []
         hits: list[Hit] = []
         rendered = fallback_messages(messages, tools, self.fmt, self.memo, hits)
         text = await self.state.bridge.call(
-            engine.apply_chat_template, rendered, add_generation_prompt=True, **(template_kwargs or {})
+            engine.apply_chat_template, rendered, add_generation_prompt=generation, **(template_kwargs or {})
         )
-        ids = await self.state.bridge.call(splice_ids, text, hits, engine.tokenize) if hits else None
-        return text, ids
+        return text, hits
 
     def constrain(
         self, sampling: Mapping[str, Any], req: ChatCompletionRequest, p: ToolPlan
@@ -98,15 +99,22 @@ class ToolCalling:
         if not p.may_call and ("json_schema" in out or "regex" in out):
             return out  # the request's own constraint alone: it already decides what the text may be
         out.pop("json_schema", None)
-        out["lark"] = p.grammar(text_schema) if p.may_call else p.grammar(None)
+        begin_token = self._special(self.fmt.begin)
+        out["lark"] = p.grammar(text_schema if p.may_call else None, begin_token)
         return out
+
+    def _special(self, text: str) -> bool:
+        """Whether `text` is one special token of the served model's tokenizer."""
+        added = getattr(getattr(self.state.engine, "tokenizer", None), "added_tokens_decoder", None) or {}
+        return bool(text) and any(t.special and t.content == text for t in added.values())
 
     def shape(self, body: dict[str, Any], outs: list[dict[str, Any]], p: ToolPlan) -> None:
         """Split each choice's text into content and tool_calls (in place)."""
         if not p.may_call:
             return
         for choice, out in zip(body["choices"], outs, strict=True):
-            parsed = self.fmt.parse(out["text"])
+            # the content: the output after any thinking block the reasoning parser took out
+            parsed = self.fmt.parse(choice["message"]["content"] or "")
             content, has_calls = split_output(parsed)
             if not has_calls:
                 continue
@@ -115,12 +123,18 @@ class ToolCalling:
             choice["message"]["tool_calls"] = openai_calls(parsed.calls, ids)
             if parsed.complete:
                 choice["finish_reason"] = "tool_calls"
-                self.memo.record(ids, out["text"], content, parsed.calls, self._exact_ids(out))
+                self.memo.record(ids, out["text"], content, parsed.calls, exact_ids(self.state.engine, out))
 
     async def stream(
-        self, call: Any, chunks: AsyncIterator[dict[str, Any]], p: ToolPlan
+        self,
+        call: Any,
+        chunks: AsyncIterator[dict[str, Any]],
+        p: ToolPlan,
+        thinking: ReasoningStream | None = None,
     ) -> AsyncIterator[bytes]:
-        """OpenAI chat chunks with `delta.tool_calls`; ends with the finish chunk, usage, [DONE]."""
+        """OpenAI chat chunks with `delta.tool_calls`; ends with the finish chunk, usage, [DONE].
+        `thinking`: the reasoning parser's splitter; its reasoning goes out as
+        `delta.reasoning_content`, and calls are read from the content after it."""
         streamer = CallStreamer(self.fmt)
         ids: list[str] = []
         last: dict[str, Any] | None = None
@@ -128,9 +142,9 @@ class ToolCalling:
             yield sse(_chunk(call, {"role": "assistant", "content": ""}))
             async for chunk in chunks:
                 last = chunk
-                for delta in _deltas(streamer.feed(chunk.get("text", "")), ids):
+                for delta in self._step(streamer, thinking, chunk.get("text", ""), ids):
                     yield sse(call._with_usage(_chunk(call, delta), chunk.get("meta_info", {})))
-            for delta in _deltas(streamer.finish(), ids):
+            for delta in self._step(streamer, thinking, (last or {}).get("text", ""), ids, done=True):
                 yield sse(call._with_usage(_chunk(call, delta), (last or {}).get("meta_info", {})))
         except Exception as exc:  # headers already sent: report in-band
             last = None
@@ -138,30 +152,46 @@ class ToolCalling:
         finally:
             await close_stream(chunks)
         if last is not None:
-            for event in self._tail(call, last, ids):
+            if getattr(call, "on_done", None) is not None:
+                call.on_done([last])
+            text = last.get("text", "")
+            content = text if thinking is None else thinking.parser.split(text, thinking.opened).content
+            for event in self._tail(call, last, ids, content):
                 yield event
         yield SSE_DONE
 
-    def _exact_ids(self, out: dict[str, Any]) -> tuple[int, ...] | None:
-        """The output's tokens without a final stop token, if they decode to exactly its text."""
-        ids = list(out.get("output_ids") or [])
-        matched = (out.get("meta_info", {}).get("finish_reason") or {}).get("matched")
-        if ids and isinstance(matched, int) and ids[-1] == matched:
-            ids.pop()
-        decode = getattr(self.state.engine, "decode", None)
-        if not ids or decode is None or decode(ids) != out.get("text"):
-            return None
-        return tuple(ids)
+    @staticmethod
+    def _step(
+        streamer: CallStreamer,
+        thinking: ReasoningStream | None,
+        text: str,
+        ids: list[str],
+        done: bool = False,
+    ) -> list[dict[str, Any]]:
+        """The deltas of one engine chunk (cumulative `text`): reasoning first, then content / calls."""
+        if thinking is None:
+            return _deltas(streamer.finish() if done else streamer.feed(text), ids)
+        pieces = thinking.finish(text) if done else thinking.feed(text)
+        out = [{"reasoning_content": t} for kind, t in pieces if kind == REASONING]
+        content = "".join(t for kind, t in pieces if kind != REASONING)
+        if content or done:
+            events = streamer.feed(streamer.text + content)
+            out += _deltas(events + streamer.finish() if done else events, ids)
+        return out
 
-    def _tail(self, call: Any, last: dict[str, Any], ids: list[str]) -> list[bytes]:
+    def _tail(self, call: Any, last: dict[str, Any], ids: list[str], content: str) -> list[bytes]:
         meta = last.get("meta_info", {})
         self.state.observe("openai", last, stream=True)
         reason = finish_of(meta)[0]
-        parsed = self.fmt.parse(last.get("text", ""))
+        parsed = self.fmt.parse(content)
         if ids and parsed.complete and len(parsed.calls) == len(ids):
             reason = "tool_calls"
             self.memo.record(
-                ids, last.get("text", ""), split_output(parsed)[0], parsed.calls, self._exact_ids(last)
+                ids,
+                last.get("text", ""),
+                split_output(parsed)[0],
+                parsed.calls,
+                exact_ids(self.state.engine, last),
             )
         events = [sse(_chunk(call, {}, reason))]
         if call.req.include_usage:
@@ -169,6 +199,22 @@ class ToolCalling:
             body["usage"] = usage([meta])
             events.append(sse(body))
         return events
+
+
+def exact_ids(engine: Any, out: dict[str, Any]) -> tuple[int, ...] | None:
+    """The output's tokens without a final stop token, if they decode to exactly its text (with
+    special tokens skipped, as the text is detokenized by default: Llama 3's `<|python_tag|>`)."""
+    ids = list(out.get("output_ids") or [])
+    matched = (out.get("meta_info", {}).get("finish_reason") or {}).get("matched")
+    if ids and isinstance(matched, int) and ids[-1] == matched:
+        ids.pop()
+    decode = getattr(engine, "decode", None)
+    if not ids or decode is None:
+        return None
+    text = out.get("text")
+    if decode(ids) == text or decode(ids, skip_special_tokens=True) == text:
+        return tuple(ids)
+    return None
 
 
 def _deltas(events: list[Any], ids: list[str]) -> list[dict[str, Any]]:

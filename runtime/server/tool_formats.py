@@ -7,7 +7,9 @@ byte for byte (the prefix cache then matches the model's own output).
 
 - `qwen25` (aliases `qwen`, `hermes`): `<tool_call>\\n{...}\\n</tool_call>`, calls separated by a newline.
 - `mistral`: `[TOOL_CALLS] [{...}, {...}]`.
-- `llama3`: `<|python_tag|>{"name":...,"parameters":{...}}`, calls separated by `;`.
+- `llama3`: `<|python_tag|>{"name":...,"parameters":{...}}`, calls separated by `;`; read also
+  without the tag when the output starts with the call (as Llama 3's own template renders calls),
+  and with "arguments" in place of "parameters".
 """
 
 from __future__ import annotations
@@ -47,6 +49,11 @@ class ToolFormat:
     args_key: str = "arguments"
     response_open: str = "<tool_response>\n"
     response_close: str = "\n</tool_response>"
+    #: also read a block written without `begin`, when the output starts with a call's JSON
+    #: (Llama 3's template renders its JSON calls so; SGLang's llama3 detector reads both)
+    bare: bool = False
+    #: another key the arguments may come under (Llama 3 models write "arguments" too)
+    alt_args_key: str | None = None
 
     @property
     def trigger(self) -> str:
@@ -69,9 +76,16 @@ class ToolFormat:
     def parse(self, text: str) -> Parsed:
         """Split `text` at the first trigger; read calls until the block ends or the text does."""
         start = text.find(self.trigger)
-        if start < 0:
+        if start >= 0:
+            content, pos = text[:start], start + len(self.begin)
+        elif (
+            self.bare
+            and text.lstrip().startswith("{")
+            and self._one_call(text, len(text) - len(text.lstrip()))
+        ):
+            content, pos = "", len(text) - len(text.lstrip())
+        else:
             return Parsed(text, (), True)
-        content, pos = text[:start], start + len(self.begin)
         calls: list[RawCall] = []
         while True:
             step = self._one_call(text, pos)
@@ -96,13 +110,16 @@ class ToolFormat:
         except json.JSONDecodeError:
             return None
         name, args = (obj.get("name"), obj.get(self.args_key)) if isinstance(obj, dict) else (None, None)
+        key = self.args_key
+        if args is None and self.alt_args_key and isinstance(obj, dict):
+            args, key = obj.get(self.alt_args_key), self.alt_args_key
         if (
             not isinstance(name, str)
             or not isinstance(args, dict)
             or not text.startswith(self.call_close, end)
         ):
             return None
-        raw, head = text[pos:end], self.call_head(name)
+        raw, head = text[pos:end], self.call_head(name).replace(f'"{self.args_key}":', f'"{key}":')
         # the exact argument text when the call is in the compact form the grammar writes
         arguments = (
             raw[len(head) : -1] if raw.startswith(head) and raw.endswith("}") else canonical_json(args)
@@ -122,7 +139,17 @@ FORMATS: dict[str, ToolFormat] = {
     "qwen": _QWEN,
     "hermes": _QWEN,
     "mistral": ToolFormat("mistral", "[TOOL_CALLS] [", "", "", ", ", "]"),
-    "llama3": ToolFormat("llama3", "<|python_tag|>", "", "", ";", "", args_key="parameters"),
+    "llama3": ToolFormat(
+        "llama3",
+        "<|python_tag|>",
+        "",
+        "",
+        ";",
+        "",
+        args_key="parameters",
+        bare=True,
+        alt_args_key="arguments",
+    ),
 }
 
 DEFAULT_FORMAT = "qwen25"

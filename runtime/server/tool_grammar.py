@@ -98,9 +98,16 @@ def build(
     tools: Sequence[tuple[str, dict[str, Any]]],
     parallel: bool,
     text_schema: dict[str, Any] | None = None,
+    begin_token: bool = False,
 ) -> str:
     """The Lark grammar for `choice` in none | auto | required (a named tool: pass only that tool and
-    `required`)."""
+    `required`). `begin_token`: the format's `begin` is one special token of the model's
+    tokenizer (Llama 3's `<|python_tag|>`), which no text can contain: free text needs no
+    exclusion and a call block starts at the token (runtime/grammar.py writes it as `<[id]>`)."""
+    if begin_token and fmt.begin and choice == "auto" and text_schema is None:
+        call = "call: %json " + json.dumps(call_schema(tools, fmt.args_key), ensure_ascii=False)
+        block = _block(fmt, "call", parallel, opened=False)
+        return f"start: TEXT | TEXT? {block}\nTEXT: /(.|\\n)+/\n{call}\n"
     trig = _regex_escape(fmt.trigger)
     text_rule = f"TEXT: /(.|\\n)*/ & ~/(.|\\n)*{trig}(.|\\n)*/"
     if choice == "none":

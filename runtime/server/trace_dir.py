@@ -30,6 +30,7 @@ from runtime.cache.namespace import namespace_key
 from runtime.generation import GenerationRequest
 from runtime.ledger import Served, SessionLedger, StepAccounting, StepEvent
 from runtime.server.bridge import Chunk, EngineBridge
+from runtime.server.reasoning_history import TEMPLATE_REWRITES
 from runtime.trace_record import StepRecord, TraceWriter
 
 if TYPE_CHECKING:
@@ -114,6 +115,7 @@ class TraceDir:
                 served=served,
                 completion_tokens=len(output),
                 worker=_str(meta.get("worker_id")),
+                rewrites=tuple(r.as_dict() for r in TEMPLATE_REWRITES.get()),
             )
             account = state.accounting.observe(ev)
             record = StepRecord(

@@ -168,3 +168,17 @@ def test_cause_sentence_and_table() -> None:
     )
     assert miss_cell(records[2]) == "evict 2"
     assert build_table(records).row_count == 5
+
+
+def test_template_rewrite_takes_the_prompt_change_and_names_the_turn() -> None:
+    acc = StepAccounting(SessionLedger())
+    p1 = list(range(100))
+    step(acc, p1, [900, 901, 902], Served(100, 0, 0))
+    p2 = p1 + [902] + [5, 6, 7]  # the template dropped 900, 901 (turn 1's thinking block)
+    rewrite = {"message": 2, "dropped": "<think>plan</think>"}
+    ev = StepEvent(0, p2, [1], p2, [1], Served(len(p2), 100, 0), rewrites=(rewrite,))
+    account = acc.observe(ev)
+    assert account.miss == {"template_rewrite": 3, "new": 1}  # as prompt_change counts it
+    assert sum(account.miss.values()) == len(p2) - 100
+    assert account.prefix_break is not None and account.prefix_break["cause"] == "template_rewrite"
+    assert account.prefix_break["rewrites"] == [rewrite]

@@ -235,8 +235,8 @@ def test_a_template_that_takes_tools_gets_them_sorted_with_parsed_arguments() ->
     state = SimpleNamespace(engine=engine, args=ServerArgs(), bridge=EngineBridge(engine, 2))
     calling = ToolCalling(state)  # type: ignore[arg-type]
     p = plan([WEATHER], "auto", None, QWEN)
-    text, ids = asyncio.run(calling.prompt(HISTORY[:3], p))
-    assert (text, ids) == ("rendered", None)
+    text, hits = asyncio.run(calling.prompt(HISTORY[:3], p))
+    assert (text, hits) == ("rendered", [])  # the template renders history: no memo splices
     assert tokenizer.seen["tools"] == [json.loads(canonical_json(p.tools[0].definition()))]
     assert list(tokenizer.seen["tools"][0]["function"]["parameters"]["properties"]) == ["city", "unit"]
     call = tokenizer.seen["messages"][2]["tool_calls"][0]
