@@ -1,7 +1,7 @@
 """The trace as an observer of a Run's step events.
 
 `Run.step` renders, generates, appends and acts; it tells this observer what happened and the
-observer does the accounting (runtime/ledger.py: ideal hits, prefix breaks, miss causes), builds
+observer does the accounting (runtime/trace/ledger.py: ideal hits, prefix breaks, miss causes), builds
 the `StepRecord` and writes the trace line. The ledger is fed right after the model's turn is
 appended, before acting: acting may roll back, which declares what the next prompt extends.
 """
@@ -17,7 +17,7 @@ from agent.checkpoints import Step
 from agent.layout import Piece, Prompt, PromptLayout
 from agent.trace import StepRecord, TraceWriter, warn_prefix_break
 from runtime.backends.base import Completion
-from runtime.ledger import Account, Served, StepAccounting, StepEvent
+from runtime.trace.ledger import Account, Served, StepAccounting, StepEvent
 
 
 def served_from(completion: Completion) -> Served:

@@ -26,7 +26,7 @@ from agent.tools import Tool, ToolResult
 from agent.trace import SessionLedger, StepRecord, TraceWriter
 from runtime.backends.base import Backend, Completion
 from runtime.errors import RadixAgentError
-from runtime.ledger import StepAccounting
+from runtime.trace.ledger import StepAccounting
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """Per-model-call trace for the SDK: `StepRecord`, the JSONL writer and reader, and the session
 ledger that computes `ideal_cached_tokens`, prefix breaks and `miss` causes.
 
-The record, writer and ledger live in runtime/ (runtime/trace_record.py, runtime/ledger.py) so
+The record, writer and ledger live in runtime/ (runtime/trace/record.py, runtime/trace/ledger.py) so
 that `serve --trace-dir` writes the same trace with the same code; they are re-exported here.
 """
 
@@ -12,8 +12,8 @@ import logging
 import warnings
 from pathlib import Path
 
-from runtime.ledger import MISS_CAUSES, SessionLedger, StepAccounting, StepEvent, common_prefix
-from runtime.trace_record import StepRecord, TraceWriter
+from runtime.trace.ledger import MISS_CAUSES, SessionLedger, StepAccounting, StepEvent, common_prefix
+from runtime.trace.record import StepRecord, TraceWriter
 
 log = logging.getLogger(__name__)
 

@@ -92,7 +92,7 @@ def _ensure_psutil() -> None:
 
 def engine_from_model(model: Any, name: str, **config: Any) -> Any:
     """An Engine around an already-built LlamaModel, no tokenizer: requests pass input_ids."""
-    from runtime.engine import Engine
+    from runtime.engine.engine import Engine
 
     return Engine.from_model(model, IdTokenizer(), name, **config)
 
@@ -111,7 +111,7 @@ def bench_model(name: str, args: argparse.Namespace, say) -> dict[str, Any]:
     import torch
 
     from evals.bench_measure import EngineRunner, prefix_reuse, throughput_sweep
-    from runtime.model import LlamaModel, ModelConfig
+    from runtime.model.model import LlamaModel, ModelConfig
 
     cfg = ModelConfig(**MODELS[name])
     t0 = time.perf_counter()
@@ -160,7 +160,7 @@ def identity_fp32(cfg: Any, args: argparse.Namespace, qa: Any) -> float:
     import torch
 
     from evals.bench_measure import EngineRunner, prefix_reuse
-    from runtime.model import LlamaModel
+    from runtime.model.model import LlamaModel
 
     model = LlamaModel.random(cfg, torch.float32, args.device, seed=0)
     engine = engine_from_model(model, "fp32-check", max_total_tokens=4 * (args.doc_tokens + 256))

@@ -316,7 +316,7 @@ def kv_markdown(out: dict[str, Any]) -> list[str]:
         f"Decode: {cfg['decode_tokens']} greedy tokens after a document of {', '.join(ctxs)} tokens (+ ~45 of "
         f"chat and question). Cached TTFT: median of {cfg['questions']} other questions per round on the "
         f"{tc}-token document. Outputs identical: each decode prompt cached in later rounds vs its cold first round. "
-        "Rows marked deterministic run with `--enable-deterministic-inference` (runtime/attention.py); rows "
+        "Rows marked deterministic run with `--enable-deterministic-inference` (runtime/model/attention.py); rows "
         "marked torch_native with `--attention-backend torch_native` (the attention before the native kernel).",
         "",
         "| what | measured | target | met |",
@@ -386,7 +386,7 @@ def kv_markdown(out: dict[str, Any]) -> list[str]:
     lines += [
         "",
         "Decode tokens' attention reads the stored K/V directly in the native kernel "
-        "(`--attention-backend native_cpu`, runtime/decode_kernel.py: each row converted in registers), "
+        "(`--attention-backend native_cpu`, runtime/model/decode_kernel.py: each row converted in registers), "
         "with each layer's rope and K/V store in the same call; the quantized weights' int8 lm_head, "
         "RMSNorms and silu*up of a decode step run in the same library, and its attention and lm_head "
         "prefetch the rows they read next (a 2k-token step's K/V and weights do not stay in cache "

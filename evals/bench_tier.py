@@ -365,7 +365,7 @@ def cluster_procs_section(engine: Any, tier_dir: Path, sessions: int, steps: int
     tier vs sharing one redis-server. Prompts are token ids (the workers' tokenizer)."""
     import httpx
 
-    from runtime.cluster import Cluster, ClusterConfig, router_available
+    from runtime.cluster.cluster import Cluster, ClusterConfig, router_available
 
     doc = _prompt(engine, 256)
     out: dict[str, Any] = {

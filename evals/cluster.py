@@ -48,7 +48,7 @@ import httpx
 import numpy as np
 
 from evals.metrics import percentile
-from runtime.cluster import (
+from runtime.cluster.cluster import (
     ROUTERS,
     Cluster,
     ClusterConfig,

@@ -55,8 +55,8 @@ def _engines(family: str) -> dict[str, Any]:
     from transformers import AutoModelForCausalLM
 
     from runtime import Engine
-    from runtime.hf_model import HFModel
-    from runtime.model import LlamaModel, ModelConfig
+    from runtime.model.hf_model import HFModel
+    from runtime.model.model import LlamaModel, ModelConfig
 
     torch.manual_seed(0)
     hf = AutoModelForCausalLM.from_config(_config(family)).eval()

@@ -42,7 +42,8 @@ def _config(family: str):
 def check(family: str, dtype: torch.dtype, device: str) -> dict:
     from transformers import AutoModelForCausalLM
 
-    from runtime.model import LlamaModel, ModelConfig, Segment, SeqKV
+    from runtime.cache.seq_kv import SeqKV
+    from runtime.model.model import LlamaModel, ModelConfig, Segment
 
     torch.manual_seed(0)
     hf = AutoModelForCausalLM.from_config(_config(family)).eval()

@@ -11,7 +11,7 @@ CPU; medians are in the JSON). `python -m evals.kv_attention`.
   grouped  SDPA without GQA expansion: each KV head's 3 query heads as 3 query rows (no mask)
   manual   softmax(q K^T) V as two batched matmuls instead of SDPA (one query token)
   folded   int8 only: levels converted, scales folded into the scores and probabilities (manual)
-  native   runtime/decode_kernel.py: the stored rows read once and converted in registers (what
+  native   runtime/model/decode_kernel.py: the stored rows read once and converted in registers (what
            the engine runs for decode tokens; `bf16 q` rows: a query exact in bfloat16, as with
            bf16 activations, takes the AVX512-BF16 dot products for bf16 keys)
 """
@@ -86,7 +86,7 @@ def variants(context: int, seed: int = 0) -> dict[str, Callable[[], None]]:
 
 def _native(k: torch.Tensor, v: torch.Tensor, q: torch.Tensor) -> dict[str, Callable[[], None]]:
     """The engine's decode kernel over each format's pool-layout planes (none where it cannot build)."""
-    from runtime.decode_kernel import DecodeKernel, KernelUnavailable
+    from runtime.model.decode_kernel import DecodeKernel, KernelUnavailable
 
     try:
         kernel = DecodeKernel.load()
@@ -256,7 +256,7 @@ def markdown(results: dict[str, dict[str, float]], threads: int, load: float, re
             "heads, head dim 64) from 30 distinct layers. `convert` is the engine's path "
             "(runtime/cache/kv_format.py: KVFormat.load, then float32 SDPA); `grouped` and `manual` are "
             "alternatives to SDPA for one query token; `folded` applies the int8 scales to scores and "
-            "probabilities instead of to K/V. `native` is runtime/decode_kernel.py (the engine's decode "
+            "probabilities instead of to K/V. `native` is runtime/model/decode_kernel.py (the engine's decode "
             "path by default): each stored row read once and converted in registers, split over (kv head, "
             "256 keys) tasks on torch's OpenMP pool.",
             "",

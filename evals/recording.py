@@ -16,7 +16,7 @@ from typing import Any
 
 from agent.accounting import served_from, worker_of
 from runtime.backends.base import Backend, Completion, WrappedBackend
-from runtime.ledger import SessionLedger, StepAccounting, StepEvent
+from runtime.trace.ledger import SessionLedger, StepAccounting, StepEvent
 
 
 @dataclass(slots=True)
@@ -36,7 +36,7 @@ class CallRecord:
     session_id: str | None
     started_s: float  # seconds since the recorder was (re)set
     error: str | None = None
-    #: uncached prompt tokens by cause (runtime/ledger.py), for token-id prompts of a named session
+    #: uncached prompt tokens by cause (runtime/trace/ledger.py), for token-id prompts of a named session
     miss: dict[str, int] | None = None
 
     @property

@@ -128,7 +128,7 @@ def miss_lines(suites: dict[str, Any]) -> list[str]:
             causes = ", ".join(f"{cause} {n / total:.0%} ({n})" for cause, n in miss.items())
             out.append(f"- {name}: uncached tokens by cause: {causes}")
     return (
-        (["Uncached prompt tokens by cause (cached mode; runtime/ledger.py):", ""] + out + [""])
+        (["Uncached prompt tokens by cause (cached mode; runtime/trace/ledger.py):", ""] + out + [""])
         if out
         else []
     )

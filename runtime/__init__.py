@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from runtime.backends import connect
-    from runtime.engine import Engine
+    from runtime.engine.engine import Engine
 
 __all__ = ["Engine", "connect"]
 
@@ -14,7 +14,7 @@ __all__ = ["Engine", "connect"]
 def __getattr__(name: str) -> Any:
     # Lazy: importing `runtime` must not load torch/transformers (CLI start-up, the SGLang plugin).
     if name == "Engine":
-        from runtime.engine import Engine
+        from runtime.engine.engine import Engine
 
         return Engine
     if name == "connect":

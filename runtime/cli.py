@@ -1,9 +1,13 @@
-"""The runtime's own subcommands (`python -m runtime.cli serve|cluster|launch-sglang`) and the
-dispatcher the full `radixagent` command (evals/commands.py, the top of the import graph) reuses.
+"""The `radixagent` console script: one dispatcher over the commands every package contributes.
+
+Each package declares a table `{name: (module with a main(argv) -> int, one-line description)}`
+naming only its own modules, and registers it in pyproject.toml under the entry-point group
+`radixagent.commands`; this module reads the group, so it names no package above the runtime (no
+upward import arrow, not even in a string). `python -m runtime.cli COMMAND ...` is the same as
+`radixagent COMMAND ...`.
 
 Subcommands are imported lazily so `--help` stays instant (no torch import) and a missing optional
-piece only breaks its own subcommand. This module names only runtime modules: the agent, task and
-eval subcommands are added by evals/commands.py, above every layer they come from.
+piece only breaks its own subcommand.
 """
 
 from __future__ import annotations
@@ -12,13 +16,31 @@ import importlib
 import logging
 import sys
 from collections.abc import Mapping
+from importlib.metadata import entry_points
 
-#: name -> (module with a `main(argv) -> int`, one-line description)
-RUNTIME_COMMANDS: dict[str, tuple[str, str]] = {
+GROUP = "radixagent.commands"
+
+#: The runtime's own commands: name -> (module with a `main(argv) -> int`, one-line description)
+COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("runtime.server.cli", "SGLang-compatible HTTP server over the embedded engine"),
-    "cluster": ("runtime.cluster_cli", "N local workers behind sglang-router"),
+    "cluster": ("runtime.cluster.cli", "N local workers behind sglang-router"),
     "launch-sglang": ("runtime.sglang_launch", "start a real SGLang server with the session-aware policy"),
 }
+
+
+def discover() -> dict[str, tuple[str, str]]:
+    """The runtime's commands first, then each installed package's table (by entry-point name)."""
+    found = dict(COMMANDS)
+    for entry in sorted(entry_points(group=GROUP), key=lambda e: e.name):
+        if entry.value.partition(":")[0] == __name__:
+            continue
+        try:
+            table = entry.load()
+        except ImportError as exc:  # a package missing from this install loses only its commands
+            logging.getLogger(__name__).debug("commands of %s unavailable: %s", entry.name, exc)
+            continue
+        found.update({name: spec for name, spec in table.items() if name not in found})
+    return found
 
 
 def usage(commands: Mapping[str, tuple[str, str]], prog: str = "radixagent") -> str:
@@ -55,7 +77,7 @@ def dispatch(commands: Mapping[str, tuple[str, str]], argv: list[str] | None = N
 
 
 def main(argv: list[str] | None = None) -> int:
-    return dispatch(RUNTIME_COMMANDS, argv)
+    return dispatch(discover(), argv)
 
 
 if __name__ == "__main__":

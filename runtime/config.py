@@ -11,7 +11,7 @@ from runtime.cache.policies import POLICIES
 from runtime.env import env_str, offline_hub  # noqa: F401  (re-exported)
 
 DTYPES = ("float32", "bfloat16", "float16")
-#: weight-only quantization, named as SGLang's --torchao-config values (runtime/quant.py)
+#: weight-only quantization, named as SGLang's --torchao-config values (runtime/model/quant.py)
 TORCHAO_CONFIGS = ("int4wo-32", "int4wo-64", "int4wo-128", "int8wo")
 #: --attention-backend values (SGLang's flag; these two are the ones this engine has)
 ATTENTION_BACKENDS = ("native_cpu", "torch_native")
@@ -31,11 +31,11 @@ class EngineConfig:
     #: how K/V is stored (SGLang's --kv-cache-dtype): auto (the model's dtype), float32, bfloat16,
     #: float16, int8 (a scale per token and head); runtime/cache/kv_format.py
     kv_cache_dtype: str = "auto"
-    #: batch-invariant kernels (SGLang's --enable-deterministic-inference; runtime/attention.py):
+    #: batch-invariant kernels (SGLang's --enable-deterministic-inference; runtime/model/attention.py):
     #: a token's logits are the same bits cached or not, batched or alone, in any chunk
     enable_deterministic_inference: bool = False
     #: SGLang's --attention-backend: native_cpu (one-token attention read straight from the stored
-    #: KV format, runtime/decode_kernel.py) or torch_native (PyTorch SDPA); None: native_cpu where
+    #: KV format, runtime/model/decode_kernel.py) or torch_native (PyTorch SDPA); None: native_cpu where
     #: it builds, else torch_native. Prefill chunks always run SDPA.
     attention_backend: str | None = None
     context_length: int | None = None
@@ -103,7 +103,7 @@ class EngineConfig:
         if self.torchao_config is not None:
             problems += torchao_problems(self.torchao_config, self.device, dtype)
         if self.enable_deterministic_inference and self.device != "cpu":
-            # batch invariance is a property of the kernels measured (runtime/attention.py): CPU, MKL
+            # batch invariance is a property of the kernels measured (runtime/model/attention.py): CPU, MKL
             problems.append("enable_deterministic_inference is measured for the CPU engine only (device cpu)")
         if self.attention_backend is not None and self.attention_backend not in ATTENTION_BACKENDS:
             problems.append(f"attention_backend must be one of {ATTENTION_BACKENDS}")
@@ -152,7 +152,7 @@ def hicache_problems(cfg: EngineConfig) -> list[str]:
 
 
 def torchao_problems(config: str, device: str, dtype: str) -> list[str]:
-    """Why a weight-only quantization setting cannot run (empty: it can). Shared with runtime/quant.py."""
+    """Why a weight-only quantization setting cannot run (empty: it can). Shared with runtime/model/quant.py."""
     if config not in TORCHAO_CONFIGS:
         return [f"torchao_config must be one of {TORCHAO_CONFIGS}"]
     if device != "cpu":

@@ -32,7 +32,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_configure(config: pytest.Config) -> None:
     if "not slow" not in (config.option.markexpr or ""):
         return
-    from runtime import model_files
+    from runtime.model import files as model_files
 
     def refuse(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError(

@@ -129,7 +129,7 @@ def test_the_scanner_sees_function_level_imports_and_module_strings():
     edges = graph()
     assert "runtime.server.cli" in edges["runtime.cli"]  # a string in a registry dict
     assert "runtime.backends.embedded" in edges["runtime.backends"]  # "module:Class" string
-    assert "tasks.needle" in edges["evals.commands"]
+    assert "tasks.needle" in edges["tasks.commands"]
     assert cycles(
         {"a": frozenset({"b"}), "b": frozenset({"c"}), "c": frozenset({"a"}), "d": frozenset()}
     ) == [["a", "b", "c"]]
@@ -172,11 +172,24 @@ def test_runtime_names_no_upper_layer_even_in_strings():
     assert not bad, bad
 
 
-def test_the_console_script_sits_in_the_top_layer():
+def test_each_package_contributes_its_own_commands_through_entry_points():
+    """The `radixagent` dispatcher lives in the bottom layer and names no package above it: each
+    package registers its own table under `radixagent.commands`, and each table names only modules of
+    that package (so every command module sits where its concept lives)."""
+    import importlib
+
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    target = project["scripts"]["radixagent"].partition(":")[0]
-    assert target in modules() and target.split(".")[0] == LAYERS[-1]
+    assert project["scripts"]["radixagent"] == "runtime.cli:main"
+    tables = project["entry-points"]["radixagent.commands"]
+    assert set(tables) == set(LAYERS)
+    names: list[str] = []
+    for layer, value in tables.items():
+        module, _, attr = value.partition(":")
+        assert module in modules() and module.split(".")[0] == layer, value
+        table = getattr(importlib.import_module(module), attr)
+        assert all(target.split(".")[0] == layer and target in modules() for target, _ in table.values())
+        names += list(table)
+    assert len(names) == len(set(names)), names  # no command is claimed twice
     for entry in project.get("entry-points", {}).values():
         for value in entry.values():
-            module = value.partition(":")[0]
-            assert module in modules(), value
+            assert value.partition(":")[0] in modules(), value

@@ -28,7 +28,7 @@ def overhead(engine: Any, rounds: int = 30, tokens: int = 1024) -> dict[str, flo
     """Cached TTFT with the eviction record on and off (alternating, one engine), and the time
     the ledger takes to account one such step; ratios are within this run."""
     from runtime.backends.embedded import completion_from_output
-    from runtime.ledger import Served, SessionLedger, StepAccounting, StepEvent
+    from runtime.trace.ledger import Served, SessionLedger, StepAccounting, StepEvent
 
     rng = random.Random(1)
     cache = engine.scheduler.cache

@@ -14,7 +14,7 @@ from typing import Any
 from agent.accounting import served_from
 from evals.misses.common import MAX_NEW, TURN_TOKENS, Tally, expected_miss, random_ids
 from runtime.backends.embedded import completion_from_output
-from runtime.ledger import Account, SessionLedger, StepAccounting, StepEvent
+from runtime.trace.ledger import Account, SessionLedger, StepAccounting, StepEvent
 
 
 @dataclass(frozen=True, slots=True)

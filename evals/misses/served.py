@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from evals.misses.common import TURN_TOKENS, Tally, expected_miss, random_ids
-from runtime.trace_record import StepRecord
+from runtime.trace.record import StepRecord
 
 NAMINGS = ("prompt_cache_key", "header", "session_id")
 

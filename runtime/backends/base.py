@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from runtime.generation import GenerationRequest
+from runtime.engine.generation import GenerationRequest
 
 SessionEventKind = Literal["open", "tool_wait", "resume", "abandon", "close"]
 

@@ -6,11 +6,11 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from runtime.backends.base import Backend, Completion, SessionEventKind
+from runtime.engine.generation import GenerationRequest
 from runtime.errors import BackendError, EngineClosed, InvalidRequest, Overloaded, PoolExhausted
-from runtime.generation import GenerationRequest
 
 if TYPE_CHECKING:
-    from runtime.engine import Engine
+    from runtime.engine.engine import Engine
 
 
 def completion_from_output(out: dict[str, Any], latency_s: float, ttft_s: float | None = None) -> Completion:
@@ -56,7 +56,7 @@ class EmbeddedBackend(Backend):
     def __init__(self, engine: Engine | None = None, **engine_options: Any) -> None:
         self._owns_engine = engine is None
         if engine is None:
-            from runtime.engine import Engine
+            from runtime.engine.engine import Engine
 
             engine = Engine(**engine_options)
         elif engine_options:

@@ -16,8 +16,8 @@ import openai
 
 from runtime.backends.base import Backend, Completion
 from runtime.backends.retry import with_retries
+from runtime.engine.generation import GenerationRequest
 from runtime.errors import BackendError
-from runtime.generation import GenerationRequest
 
 _OPENAI_KEYS = {"temperature": "temperature", "top_p": "top_p", "stop": "stop", "seed": "seed"}
 

@@ -19,8 +19,8 @@ import httpx
 from runtime.backends.base import Backend, Completion, SessionEventKind
 from runtime.backends.embedded import completion_from_output
 from runtime.backends.retry import server_message, status_error, transport_error, with_retries
+from runtime.engine.generation import GenerationRequest
 from runtime.errors import BackendError
-from runtime.generation import GenerationRequest
 
 #: sglang-router (>= 0.3) header that pins requests with the same value to one worker
 ROUTING_KEY_HEADER = "X-SMG-Routing-Key"

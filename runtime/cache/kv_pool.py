@@ -7,9 +7,9 @@ from collections.abc import Sequence
 
 import torch
 
-from runtime.attention import BLOCK
 from runtime.cache.kv_format import KVFormat
 from runtime.errors import PoolExhausted
+from runtime.model.attention import BLOCK
 
 
 class SlotAllocator:
@@ -17,7 +17,7 @@ class SlotAllocator:
 
     Slots come back sorted, and `alloc(n, after=s)` takes s+1..s+n when they are all free: a
     request's positions then tend to be one run of slots, which attention reads as a view of
-    the pool instead of gathering (runtime/model.py: `_Views`). Free slots sit on a stack; one
+    the pool instead of gathering (runtime/model/model.py: `_Views`). Free slots sit on a stack; one
     taken by `after` stays there, stale, and is skipped when popped."""
 
     def __init__(self, size: int) -> None:
@@ -123,7 +123,7 @@ class KVPool(SlotAllocator):
         super().__init__(size)
         self.fmt = dtype if isinstance(dtype, KVFormat) else KVFormat.plain(dtype)
         # BLOCK rows past the last slot, never handed out: deterministic attention reads a
-        # request's rows to the end of its last block (runtime/attention.py), and they are zeros
+        # request's rows to the end of its last block (runtime/model/attention.py), and they are zeros
         self.planes = self.fmt.alloc(num_layers, num_kv_heads, size + BLOCK, head_dim, device, zeros=True)
         self.k, self.v = self.planes[0], self.planes[1]
 

@@ -3,7 +3,7 @@
 A request's `SeqKV` is a view of the pool's planes through the lease's slot list, so a cached
 prefix is never copied and the KV held is the pool's bytes, whatever runs: the budget that
 `--max-total-tokens` sets holds. Attention reads one run of slots as a view and gathers
-scattered ones per layer into a transient scratch (runtime/model.py: `_Views`).
+scattered ones per layer into a transient scratch (runtime/model/model.py: `_Views`).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from runtime.cache.kv_pool import KVPool
-from runtime.model import SeqKV
+from runtime.cache.seq_kv import SeqKV
 
 
 class PooledKV:

@@ -17,7 +17,7 @@ from runtime.server.openai_api import openai_router
 from runtime.server.state import ServerState
 
 if TYPE_CHECKING:
-    from runtime.engine import Engine
+    from runtime.engine.engine import Engine
 
 #: paths served without the API key
 PUBLIC_PATHS = frozenset({"/health"})

@@ -30,7 +30,7 @@ class ServerArgs:
     max_threads: int = 64
     #: larger request bodies get 413 before they are parsed
     max_request_bytes: int = 32 * 2**20
-    #: how tool calls look in the model's output (runtime/server/tool_formats.py)
+    #: how tool calls look in the model's output (runtime/server/tools/formats.py)
     tool_call_parser: str = "qwen25"
     #: splits the thinking block out of outputs (runtime/server/reasoning.py); None: off
     reasoning_parser: str | None = None
@@ -62,7 +62,7 @@ class ServerArgs:
             raise ValueError("max_request_bytes must be >= 1024")
         if self.max_threads < 1:
             raise ValueError("max_threads must be >= 1")
-        from runtime.server.tool_formats import FORMATS
+        from runtime.server.tools.formats import FORMATS
 
         if self.tool_call_parser not in FORMATS:
             raise ValueError(f"tool_call_parser must be one of {sorted(FORMATS)}")
@@ -269,7 +269,7 @@ def _tier_flags(p: argparse.ArgumentParser) -> None:
 
 
 def _tool_formats() -> list[str]:
-    from runtime.server.tool_formats import FORMATS
+    from runtime.server.tools.formats import FORMATS
 
     return sorted(FORMATS)
 

@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.to_thread
 
+from runtime.engine.generation import GenerationRequest
 from runtime.errors import Overloaded
-from runtime.generation import GenerationRequest
 from runtime.server.errors import classify, error_body
 
 if TYPE_CHECKING:
-    from runtime.engine import Engine
+    from runtime.engine.engine import Engine
 
 Chunk = dict[str, Any]
 

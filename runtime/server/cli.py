@@ -31,7 +31,7 @@ def main(argv: list[str]) -> int:
 
     import uvicorn
 
-    from runtime.engine import Engine
+    from runtime.engine.engine import Engine
     from runtime.server.app import create_app
     from runtime.server.serving import uvicorn_config
 

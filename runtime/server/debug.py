@@ -13,7 +13,7 @@ from fastapi import APIRouter
 from runtime.server.state import ServerState
 
 if TYPE_CHECKING:
-    from runtime.engine import Engine
+    from runtime.engine.engine import Engine
 
 
 def debug_router(state: ServerState) -> APIRouter:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from runtime.server.errors import ApiError
 
 if TYPE_CHECKING:
-    from runtime.engine import Engine
+    from runtime.engine.engine import Engine
 
 LOAD_SECTIONS = frozenset({"core", "memory", "spec", "lora", "disagg", "queues", "all"})
 _SECTION_KEYS = {"memory": "memory", "queues": "queues"}  # include name -> key; spec/lora/disagg: none here

@@ -17,7 +17,7 @@ from prometheus_client.registry import Collector
 from runtime.server.sglang_metrics import SGLangRequestMetrics, SGLangSchedulerCollector
 
 if TYPE_CHECKING:
-    from runtime.engine import Engine
+    from runtime.engine.engine import Engine
 
 P = "radixagent:"
 

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any, cast
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 
+from runtime.engine.generation import GenerationRequest
 from runtime.errors import UnknownSession
-from runtime.generation import GenerationRequest
 from runtime.server import loads as loads_api
 from runtime.server.bridge import SSE_DONE, close_stream, sse, sse_error
 from runtime.server.control import abort_on_disconnect, internal_states, normalize_rid
@@ -35,7 +35,7 @@ from runtime.server.schemas import (
 from runtime.server.state import ServerState, join_salt
 
 if TYPE_CHECKING:
-    from runtime.engine import Engine
+    from runtime.engine.engine import Engine
 
 log = logging.getLogger("radixagent.server")
 

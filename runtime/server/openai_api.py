@@ -16,7 +16,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from runtime.generation import GenerationRequest, LogprobArgs
+from runtime.engine.generation import GenerationRequest, LogprobArgs
 from runtime.server import openai_logprobs as lp
 from runtime.server.bridge import SSE_DONE, close_stream, sse, sse_error
 from runtime.server.control import abort_on_disconnect, normalize_rid
@@ -28,7 +28,7 @@ from runtime.server.reasoning import REASONING, ReasoningStream
 from runtime.server.reasoning_chat import ReasoningChat
 from runtime.server.schemas import ChatCompletionRequest, ChatMessage, CompletionRequest, _OpenAIBase
 from runtime.server.state import ServerState
-from runtime.server.tool_chat import ToolCalling
+from runtime.server.tools.chat import ToolCalling
 from runtime.server.trace_dir import TRACE_SESSION
 
 

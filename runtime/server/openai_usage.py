@@ -1,5 +1,5 @@
 """The OpenAI `finish_reason` and `usage` of engine results, shared by the plain endpoints
-(openai_api.py) and tool calling (tool_chat.py), which openai_api imports: a leaf, so neither
+(openai_api.py) and tool calling (tools/chat.py), which openai_api imports: a leaf, so neither
 needs the other."""
 
 from __future__ import annotations

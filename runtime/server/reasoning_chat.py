@@ -23,9 +23,9 @@ from runtime.server.reasoning_history import (
 )
 from runtime.server.schemas import ChatCompletionRequest
 from runtime.server.state import ServerState
-from runtime.server.tool_calls import split_output
-from runtime.server.tool_chat import ToolCalling, exact_ids
-from runtime.server.tool_prompt import Hit
+from runtime.server.tools.calls import split_output
+from runtime.server.tools.chat import ToolCalling, exact_ids
+from runtime.server.tools.prompt import Hit
 
 
 @dataclass(frozen=True, slots=True)

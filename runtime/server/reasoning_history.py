@@ -13,7 +13,7 @@ by that generation prompt and the output text; its tokens are the very tokens ge
 
 `--reasoning-history template`: the template's own rendering. Where it drops or rewrites an
 assistant turn's reasoning, `rewrites` names each one (message index, the dropped span), and
-the trace counts the tokens lost as the miss cause `template_rewrite` (runtime/ledger.py).
+the trace counts the tokens lost as the miss cause `template_rewrite` (runtime/trace/ledger.py).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
-from runtime.grammar_guard import check_schema_value
+from runtime.engine.grammar_guard import check_schema_value
 from runtime.server import limits
 
 #: strict types; NaN and ±Infinity (which Python's JSON parser reads) are not numbers here
@@ -68,7 +68,7 @@ class SamplingParamsIn(BaseModel):
 
     None means "not set". `seed` is our name; SGLang's `sampling_seed` is accepted as its alias.
     Penalties, `min_new_tokens`, `logit_bias` and `ebnf` are applied as SGLang applies them, and so
-    are `spaces_between_special_tokens`, `no_stop_trim` and `stream_interval` (runtime/sampling.py).
+    are `spaces_between_special_tokens`, `no_stop_trim` and `stream_interval` (runtime/engine/sampling.py).
     """
 
     model_config = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)

@@ -7,15 +7,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from runtime.cache.namespace import Salt, split_salt
+from runtime.engine.generation import GenerationRequest
 from runtime.errors import UnknownSession
-from runtime.generation import GenerationRequest
 from runtime.server.args import ServerArgs
 from runtime.server.bridge import EngineBridge
 from runtime.server.errors import ApiError
 from runtime.server.metrics import ServerMetrics
 
 if TYPE_CHECKING:
-    from runtime.engine import Engine
+    from runtime.engine.engine import Engine
 
 
 @dataclass(slots=True)

@@ -3,7 +3,7 @@ for any client that names its session, with no code change on the client's side.
 
 A request names its session with (first wins) `session_id` or `session_params.id` (SGLang),
 OpenAI's `prompt_cache_key`, or an `X-Session-Id` header. Each named request's prompt and output
-go through the same ledger as the SDK's (runtime/ledger.py), one ledger per (salt, session),
+go through the same ledger as the SDK's (runtime/trace/ledger.py), one ledger per (salt, session),
 and become one trace line, written and flushed at once, in `DIR/<salt digest>.jsonl` (`default`
 without a salt): a tenant's trace never holds another's steps, and a file name never shows a
 salt. A file past `max_bytes` is rotated (`.1` ... `.keep`, oldest dropped); at most
@@ -27,14 +27,14 @@ from typing import TYPE_CHECKING, Any
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from runtime.cache.namespace import namespace_key
-from runtime.generation import GenerationRequest
-from runtime.ledger import Served, SessionLedger, StepAccounting, StepEvent
+from runtime.engine.generation import GenerationRequest
 from runtime.server.bridge import Chunk, EngineBridge
 from runtime.server.reasoning_history import TEMPLATE_REWRITES
-from runtime.trace_record import StepRecord, TraceWriter
+from runtime.trace.ledger import Served, SessionLedger, StepAccounting, StepEvent
+from runtime.trace.record import StepRecord, TraceWriter
 
 if TYPE_CHECKING:
-    from runtime.engine import Engine
+    from runtime.engine.engine import Engine
     from runtime.server.args import ServerArgs
 
 log = logging.getLogger("radixagent.trace_dir")

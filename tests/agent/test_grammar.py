@@ -1,4 +1,4 @@
-"""runtime.grammar with the real SmolLM2 tokenizer (tokenizer only, no model weights)."""
+"""runtime.engine.grammar with the real SmolLM2 tokenizer (tokenizer only, no model weights)."""
 
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ def _drive(matcher, tokenizer, text: str) -> None:
 
 
 def test_json_schema_accepts_valid_and_finishes(tokenizer):
-    from runtime.grammar import GrammarMatcher
+    from runtime.engine.grammar import GrammarMatcher
 
     matcher = GrammarMatcher.compile(tokenizer, json_schema=SCHEMA)
     _drive(matcher, tokenizer, '{"answer":"forty two"}')
@@ -65,7 +65,7 @@ def test_json_schema_accepts_valid_and_finishes(tokenizer):
 
 
 def test_json_schema_masks_invalid_tokens(tokenizer):
-    from runtime.grammar import GrammarMatcher
+    from runtime.engine.grammar import GrammarMatcher
 
     matcher = GrammarMatcher.compile(tokenizer, json_schema=SCHEMA)
     _drive(matcher, tokenizer, '{"')
@@ -76,7 +76,7 @@ def test_json_schema_masks_invalid_tokens(tokenizer):
 
 
 def test_regex_and_padded_vocab(tokenizer):
-    from runtime.grammar import GrammarMatcher
+    from runtime.engine.grammar import GrammarMatcher
 
     matcher = GrammarMatcher.compile(tokenizer, regex=r"[0-9]+")
     mask = matcher.allowed_mask(len(tokenizer) + 64)
@@ -86,7 +86,7 @@ def test_regex_and_padded_vocab(tokenizer):
 
 
 def test_bad_constraints_raise_grammar_error(tokenizer):
-    from runtime.grammar import GrammarMatcher
+    from runtime.engine.grammar import GrammarMatcher
 
     with pytest.raises(GrammarError):
         GrammarMatcher.compile(tokenizer, json_schema='{"type": "nonsense"}')
@@ -101,7 +101,7 @@ def test_bad_constraints_raise_grammar_error(tokenizer):
 def test_agent_action_schema_drives_tool_call_first(tokenizer):
     """Grammar engines emit properties in schema order: "tool" must precede "arguments"."""
     from agent import action_schema, tool
-    from runtime.grammar import GrammarMatcher
+    from runtime.engine.grammar import GrammarMatcher
 
     @tool
     def lookup(city: str, year: int = 2020) -> str:

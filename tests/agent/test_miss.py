@@ -1,4 +1,4 @@
-"""Miss attribution (runtime/ledger.py) over synthetic step sequences: no model, exact counts."""
+"""Miss attribution (runtime/trace/ledger.py) over synthetic step sequences: no model, exact counts."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from runtime.ledger import Matches, Served, SessionLedger, StepAccounting, StepEvent, attribute
+from runtime.trace.ledger import Matches, Served, SessionLedger, StepAccounting, StepEvent, attribute
 
 
 def step(acc: StepAccounting, prompt: list[int], out: list[int], served: Served, **kw) -> dict[str, int]:
@@ -146,7 +146,7 @@ def test_previous_outputs_last_token_is_never_cached() -> None:
 
 
 def _record(step: int, miss: dict[str, int], brk: dict | None = None):
-    from runtime.trace_record import StepRecord
+    from runtime.trace.record import StepRecord
 
     total = sum(miss.values())
     return StepRecord("r", "s", 0, step, "act", total + 10, 10, 10, 1, 0.0, 0.0, "stop", brk, None, miss)

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from runtime.cluster import Cluster, ClusterConfig, router_available
+from runtime.cluster.cluster import Cluster, ClusterConfig, router_available
 
 pytestmark = [
     pytest.mark.slow,

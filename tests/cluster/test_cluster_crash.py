@@ -23,7 +23,7 @@ import httpx
 import pytest
 
 from runtime.backends.sglang import ROUTING_KEY_HEADER
-from runtime.cluster import free_port, router_available
+from runtime.cluster.cluster import free_port, router_available
 
 pytestmark = [
     pytest.mark.slow,

@@ -25,7 +25,7 @@ import httpx
 import pytest
 
 from runtime.backends.sglang import ROUTING_KEY_HEADER
-from runtime.cluster import Cluster, ClusterConfig, router_available
+from runtime.cluster.cluster import Cluster, ClusterConfig, router_available
 
 STUB = Path(__file__).with_name("stub_worker.py")
 ROUTERS = [

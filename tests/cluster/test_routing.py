@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from runtime.backends.sglang import ROUTING_KEY_HEADER, SGLangBackend
-from runtime.cluster import POLICIES, SMG_POLICIES, Cluster, ClusterConfig, ClusterError, policy_flags
+from runtime.cluster.cluster import POLICIES, SMG_POLICIES, Cluster, ClusterConfig, ClusterError, policy_flags
 
 
 def _backend(seen: list[httpx.Request], **options: object) -> SGLangBackend:
@@ -106,7 +106,7 @@ def test_smg_session_policy_is_cache_aware_with_sticky_keys() -> None:
 
 
 def test_auto_prefers_smg(monkeypatch: pytest.MonkeyPatch) -> None:
-    import runtime.cluster as rc
+    import runtime.cluster.cluster as rc
 
     installed = {"smg", "sglang-router"}
     monkeypatch.setattr(
@@ -128,7 +128,7 @@ def test_auto_prefers_smg(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_router_available_looks_for_the_launcher_module(monkeypatch: pytest.MonkeyPatch) -> None:
     import importlib.util
 
-    from runtime.cluster import router_available
+    from runtime.cluster.cluster import router_available
 
     found = {"sglang_router.launch_router"}
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: object() if name in found else None)
@@ -139,7 +139,7 @@ def test_router_available_looks_for_the_launcher_module(monkeypatch: pytest.Monk
 
 
 def test_cli_router_flag() -> None:
-    from runtime.cluster_cli import build_parser, config_from_args
+    from runtime.cluster.cli import build_parser, config_from_args
 
     ns = build_parser().parse_args(["--router", "smg", "--policy", "consistent_hashing", "--workers", "3"])
     config = config_from_args(ns)

@@ -1,4 +1,4 @@
-"""The supervisor (runtime/supervisor.py) against model-free stub workers behind each router.
+"""The supervisor (runtime/cluster/supervisor.py) against model-free stub workers behind each router.
 
 A worker killed with SIGKILL under load: it leaves the rotation, its sessions move to the live
 worker (and stay there after the restart), the live worker's sessions never move, the worker is
@@ -21,8 +21,8 @@ import httpx
 import pytest
 
 from runtime.backends.sglang import ROUTING_KEY_HEADER
-from runtime.cluster import Cluster, ClusterConfig, router_available
-from runtime.supervisor import RestartPolicy, Supervisor
+from runtime.cluster.cluster import Cluster, ClusterConfig, router_available
+from runtime.cluster.supervisor import RestartPolicy, Supervisor
 
 STUB = Path(__file__).with_name("stub_worker.py")
 ROUTERS = [

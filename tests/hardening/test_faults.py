@@ -330,7 +330,7 @@ def test_trace_survives_a_crash_mid_run(tmp_path: Path) -> None:
     assert [r.step for r in records] == list(range(crash_at))
     assert all(r.tool and r.tool["result"] == str(i + 1) for i, r in enumerate(records))
     shown = subprocess.run(
-        [sys.executable, "-m", "evals.commands", "trace", str(path)],
+        [sys.executable, "-m", "runtime.cli", "trace", str(path)],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -443,7 +443,7 @@ def test_tiny_temperature_samples_greedily() -> None:
     """Found by the fuzz: logits / 1e-320 is inf, softmax NaN, and the scheduler failed the batch."""
     import torch
 
-    from runtime.sampling import Sampler, SamplingParams
+    from runtime.engine.sampling import Sampler, SamplingParams
 
     logits = torch.tensor([0.5, 3.0, -1.0])
     for temperature in (1e-320, 5e-324, 1e-7):

@@ -16,8 +16,7 @@ import httpx
 import pytest
 from guarded import GuardedServer
 
-from runtime.errors import GrammarError
-from runtime.grammar_guard import (
+from runtime.engine.grammar_guard import (
     MAX_GRAMMAR_CHARS,
     MAX_REGEX_EXPANSION,
     MAX_SCHEMA_DEPTH,
@@ -26,6 +25,7 @@ from runtime.grammar_guard import (
     check_regex,
     regex_expansion,
 )
+from runtime.errors import GrammarError
 from runtime.server import ServerArgs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -122,7 +122,7 @@ def test_compilation_runs_on_a_stack_deeper_than_the_bounds() -> None:
     check_json_schema(schema)  # passes every bound
     prelude = textwrap.dedent(f"""
         import threading, llguidance
-        from runtime.grammar_guard import run_with_big_stack
+        from runtime.engine.grammar_guard import run_with_big_stack
         SCHEMA = {schema!r}
         def compile():
             grammar = llguidance.LLMatcher.grammar_from_json_schema(SCHEMA)
@@ -140,7 +140,7 @@ def test_compilation_runs_on_a_stack_deeper_than_the_bounds() -> None:
 
 @pytest.mark.slow
 def test_worst_schema_within_bounds_compiles_in_the_server(small_engine: Any) -> None:
-    from runtime.grammar import GrammarMatcher
+    from runtime.engine.grammar import GrammarMatcher
 
     assert GrammarMatcher.compile(small_engine.tokenizer, json_schema=worst_within_bounds()) is not None
 

@@ -32,7 +32,7 @@ GREEDY = {"temperature": 0, "max_new_tokens": 16}
 def loaded():
     import torch
 
-    from runtime import model_files
+    from runtime.model import files as model_files
 
     return model_files.load(None, torch.float32)
 
@@ -43,7 +43,7 @@ def int4_engine(loaded, engine):
     import torch
 
     from runtime import Engine
-    from runtime.model import LlamaModel, ModelConfig
+    from runtime.model.model import LlamaModel, ModelConfig
 
     model = LlamaModel(
         ModelConfig.from_hf(loaded.hf_config), loaded.state_dict, torch.bfloat16, "cpu", "int4wo-32"

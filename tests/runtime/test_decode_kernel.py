@@ -1,4 +1,4 @@
-"""The native decode kernel (runtime/decode_kernel.py) against PyTorch's SDPA, and its fallbacks."""
+"""The native decode kernel (runtime/model/decode_kernel.py) against PyTorch's SDPA, and its fallbacks."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import torch.nn.functional as F
 
 from runtime.cache.kv_format import KVFormat
 from runtime.config import EngineConfig
-from runtime.decode_kernel import DecodeKernel, KernelUnavailable
-from runtime.engine_build import decode_kernel
+from runtime.engine.build import decode_kernel
+from runtime.model.decode_kernel import DecodeKernel, KernelUnavailable
 
 
 @pytest.fixture(scope="module")
@@ -205,7 +205,8 @@ class _FakeModel:
 def test_engine_decodes_with_the_kernel_and_agrees_with_torch_native(engine):
     """The real model: the default engine runs native_cpu; a torch_native sibling over the same
     weights gives the same greedy tokens, and one decode step's logits agree closely."""
-    from runtime.model import Segment, SeqKV
+    from runtime.cache.seq_kv import SeqKV
+    from runtime.model.model import Segment
 
     assert engine.attention_backend == "native_cpu"
     assert engine.get_cache_stats()["attention_backend"] == "native_cpu"
@@ -235,9 +236,10 @@ def test_engine_decodes_with_the_kernel_and_agrees_with_torch_native(engine):
 
 def _decode_steps(model, kernel, fmt: KVFormat, fused: bool, scattered: bool, monkeypatch):
     """Two requests prefilled, then 6 decode steps together; returns (logits, tokens, planes)."""
-    import runtime.model as model_module
-    from runtime.decode_kernel import DecodePlans
-    from runtime.model import Segment, SeqKV
+    import runtime.model.model as model_module
+    from runtime.cache.seq_kv import SeqKV
+    from runtime.model.decode_kernel import DecodePlans
+    from runtime.model.model import Segment
 
     monkeypatch.setattr(model_module, "DecodePlans", DecodePlans if fused else _NoPlans)
     kvs = [SeqKV.empty(model.cfg, 200, fmt, "cpu") for _ in range(2)]
@@ -280,7 +282,7 @@ def test_fused_decode_layer_is_the_torch_ops_to_the_bit(
 
 
 def test_fused_decode_layer_rejects_rows_that_do_not_match_its_plans(kernel):
-    from runtime.decode_kernel import DecodePlans
+    from runtime.model.decode_kernel import DecodePlans
 
     fmt = KVFormat.resolve("bfloat16", torch.bfloat16, torch.float32)
     planes = _planes(fmt, 2, 3, 64, 64, seed=1)
@@ -297,7 +299,7 @@ def test_fused_decode_layer_rejects_rows_that_do_not_match_its_plans(kernel):
 def test_silu_mul_is_torchs_bits_for_every_bf16_gate(kernel):
     """The native silu(gate) * up (torch's own vectorised exp) equals torch's ops for all finite
     bf16 gates, on decode-sized rows; other dtypes go to the torch ops."""
-    from runtime.decode_kernel import silu_mul
+    from runtime.model.decode_kernel import silu_mul
 
     assert kernel.silu_fn is not None  # the load-time check passed on this machine
     gate = torch.arange(-(2**15), 2**15, dtype=torch.int32).to(torch.int16).view(torch.bfloat16)

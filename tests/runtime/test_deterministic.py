@@ -1,4 +1,4 @@
-"""`enable_deterministic_inference`: batch-invariant attention and matmuls (runtime/attention.py).
+"""`enable_deterministic_inference`: batch-invariant attention and matmuls (runtime/model/attention.py).
 
 Without it a token's logits carry a few different last bits depending on how many tokens share
 its forward call (SDPA's and MKL's blocking); with bf16 activations that flips greedy choices.
@@ -13,8 +13,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from runtime.attention import BLOCK, InvariantAttention, padded_length
-from runtime.model import Segment, SeqKV
+from runtime.cache.seq_kv import SeqKV
+from runtime.model.attention import BLOCK, InvariantAttention, padded_length
+from runtime.model.model import Segment
 from runtime.server.args import build_parser, engine_config
 from tests.runtime.conftest import chat
 

@@ -217,7 +217,7 @@ def test_idle_worker_exits_and_restarts_with_cache_intact(engine, monkeypatch):
     request starts a new one: the tree, the pool and the results carry over."""
     import time
 
-    from runtime import scheduler
+    from runtime.engine import scheduler
 
     monkeypatch.setattr(scheduler, "IDLE_EXIT_S", 0.05)
     sibling = engine.sibling(max_total_tokens=1024)
@@ -239,8 +239,8 @@ def test_idle_worker_exits_and_restarts_with_cache_intact(engine, monkeypatch):
 
 def test_weights_and_pool_are_built_off_the_callers_thread(engine, monkeypatch):
     """Torch work on the caller's thread would leave it an OpenMP pool that throttles the
-    scheduler's (runtime/threads.py): the engine builds its model and pool in a helper thread."""
-    from runtime import engine as engine_module
+    scheduler's (runtime/engine/threads.py): the engine builds its model and pool in a helper thread."""
+    from runtime.engine import engine as engine_module
 
     seen: list[str] = []
     real = engine_module.Engine._assemble

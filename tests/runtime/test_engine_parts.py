@@ -1,4 +1,4 @@
-"""The engine's side concerns (runtime/engine_build.py, engine_stats.py, engine_tier.py) on a tiny
+"""The engine's side concerns (runtime/engine/build.py, stats.py, tier.py) on a tiny
 random model: no model file is loaded, so these run in the fast suite."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ import torch
 
 from evals.bench_gpu import IdTokenizer
 from runtime import Engine
-from runtime.engine_build import sibling_config
-from runtime.engine_tier import FLAT_STATS, on_session_event
+from runtime.engine.build import sibling_config
+from runtime.engine.tier import FLAT_STATS, on_session_event
 from runtime.errors import InvalidRequest, UnknownSession
-from runtime.model import LlamaModel
+from runtime.model.model import LlamaModel
 from tests.runtime.test_forward import TINY
 
 GREEDY = {"temperature": 0, "max_new_tokens": 4, "ignore_eos": True}

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from runtime import Engine
-from runtime.model import LlamaModel
+from runtime.model.model import LlamaModel
 from tests.families import LLAMA3_ORIGINAL_POSITIONS, build_family
 
 pytestmark = pytest.mark.slow  # loads the bundled tokenizer
@@ -78,7 +78,7 @@ def test_cached_equals_uncached_chunked_and_native_decode(family):
         cold = _run(eng, start=250, prefix_cache=False)
         eng.generate(input_ids=PROMPT[:200] + [5, 6, 7], sampling_params=GREEDY)
         # without deterministic inference a logprob request reads nothing from the cache
-        # (runtime/logprobs.py): the cached run is compared by its tokens
+        # (runtime/engine/logprobs.py): the cached run is compared by its tokens
         warm = eng.generate(input_ids=PROMPT, sampling_params=GREEDY)
         torch_attn = eng.sibling(attention_backend="torch_native")
         try:
@@ -141,7 +141,7 @@ def test_llama3_rope_scaling_is_what_the_match_rests_on(tmp_path):
 
 def test_a_rope_the_compact_forward_lacks_runs_on_the_hf_fallback(tmp_path, caplog):
     """Qwen3 with YaRN: the HF fallback, with the reason in its warning; int4wo refused by name."""
-    from runtime.hf_model import HFModel
+    from runtime.model.hf_model import HFModel
 
     yarn = {"rope_type": "yarn", "rope_theta": 1e6, "factor": 4.0, "original_max_position_embeddings": 512}
     folder = build_family(tmp_path / "yarn", "qwen3", rope_parameters=yarn)

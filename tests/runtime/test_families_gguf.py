@@ -1,6 +1,6 @@
 """Qwen3 and Llama 3 GGUF files (written from tiny HF folders as llama.cpp's converter writes
 them, tests/gguf_write.py) run on the compact forward and match HF transformers' forward of the
-folder they came from, where transformers' own GGUF path does not (runtime/gguf_fixes.py)."""
+folder they came from, where transformers' own GGUF path does not (runtime/model/gguf_fixes.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from runtime import Engine
-from runtime.model import LlamaModel
+from runtime.model.model import LlamaModel
 from tests.families import build_family
 from tests.gguf_write import write_gguf
 from tests.runtime.test_families import PROMPT
@@ -49,7 +49,7 @@ def test_gguf_runs_compact_and_matches_the_hf_folder(pair):
 
 
 def test_transformers_alone_misreads_these_files(pair):
-    """Why runtime/gguf_fixes.py exists: transformers 5.x gives Qwen3 a default head_dim (shapes
+    """Why runtime/model/gguf_fixes.py exists: transformers 5.x gives Qwen3 a default head_dim (shapes
     do not fit) and drops Llama 3's rope_freqs (plain RoPE)."""
     from transformers import AutoModelForCausalLM
 

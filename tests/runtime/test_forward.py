@@ -8,9 +8,10 @@ import torch.nn.functional as F
 
 from evals.bench_gpu import IdTokenizer
 from runtime import Engine
+from runtime.cache.seq_kv import SeqKV
 from runtime.config import EngineConfig
-from runtime.model import LlamaModel, ModelConfig, Segment, SeqKV
-from runtime.quant import Int4, Int8, QuantizationError
+from runtime.model.model import LlamaModel, ModelConfig, Segment
+from runtime.model.quant import Int4, Int8, QuantizationError
 from tests.runtime.conftest import GREEDY, chat
 
 TINY = ModelConfig(
@@ -80,7 +81,7 @@ def test_attention_mask_variants_are_bit_identical(prefix, new):
     """The forward uses SDPA's is_causal when a chunk has no prefix and an additive mask built
     once per step when it has one (both faster); each must equal the plain boolean mask bit for
     bit, or a token's K/V would depend on which variant its chunk took."""
-    from runtime.model import _Views
+    from runtime.model.model import _Views
 
     g = torch.Generator().manual_seed(prefix + new)
     kv = SeqKV(

@@ -1,7 +1,7 @@
 """A script using the Python API exits cleanly (code 0) whatever the engine's worker is doing when
 the interpreter finalizes: just finished a long request (it frees a large KV buffer then), inside
 a running request's forward, or streaming to an iterator left open. Before the fix these aborted
-with "terminate called without an active exception" (exit 134); see runtime/scheduler.py.
+with "terminate called without an active exception" (exit 134); see runtime/engine/scheduler.py.
 
 Each case is a fresh subprocess (each loads the model). RADIXAGENT_EXIT_REPEATS (default 1) runs
 each case that many times, for checking by hand that it is not flaky.

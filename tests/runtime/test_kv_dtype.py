@@ -8,8 +8,9 @@ import torch
 
 from runtime.cache.kv_format import KVFormat, kv_cache_dtype_problems
 from runtime.cache.kv_pool import KVPool
+from runtime.cache.seq_kv import SeqKV
 from runtime.config import EngineConfig
-from runtime.model import LlamaModel, Segment, SeqKV
+from runtime.model.model import LlamaModel, Segment
 from tests.runtime.conftest import chat
 from tests.runtime.test_forward import TINY
 
@@ -180,8 +181,8 @@ def test_int8_pool_holds_3_8x_the_tokens_of_float32_in_the_same_bytes(engine):
 
 
 def test_the_hf_fallback_refuses_formats_it_cannot_store():
-    from runtime.engine_build import kv_format
-    from runtime.hf_model import HFModel
+    from runtime.engine.build import kv_format
+    from runtime.model.hf_model import HFModel
 
     fake = object.__new__(HFModel)
     fake.dtype, fake.kv_dtype, fake.cfg = torch.float32, torch.float32, TINY

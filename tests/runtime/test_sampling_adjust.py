@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from runtime.engine.sampling import Sampler, SamplingParams
 from runtime.errors import InvalidRequest
-from runtime.sampling import Sampler, SamplingParams
 
 EOS = 7
 

@@ -20,10 +20,10 @@ from runtime.cache.manager import NoCacheManager, RadixCacheManager
 from runtime.cache.policies import make_policy
 from runtime.cache.radix import RadixCache
 from runtime.cache.request_kv import PooledKV
-from runtime.model import ModelConfig, Segment
-from runtime.request import Request
-from runtime.sampling import Sampler, SamplingParams
-from runtime.scheduler import Scheduler
+from runtime.engine.request import Request
+from runtime.engine.sampling import Sampler, SamplingParams
+from runtime.engine.scheduler import Scheduler
+from runtime.model.model import ModelConfig, Segment
 
 VOCAB, EOS = 50, 0
 CFG = ModelConfig("llama", VOCAB, 4, 1, 1, 1, 1, 4, 1.0, 1e-6, 4096, True)

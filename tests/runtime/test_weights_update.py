@@ -19,8 +19,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "server"))  # tests
 
 from server_util import LiveServer, wait_idle  # noqa: E402
 
-from runtime import model_files  # noqa: E402
 from runtime.errors import InvalidRequest  # noqa: E402
+from runtime.model import files as model_files  # noqa: E402
 from runtime.server import ServerArgs, create_app  # noqa: E402
 
 pytestmark = pytest.mark.slow

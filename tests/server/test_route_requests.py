@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from runtime.generation import GenerationRequest
+from runtime.engine.generation import GenerationRequest
 from runtime.server import ServerArgs, create_app
 from runtime.server.bridge import EngineBridge
 

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from openai import BadRequestError, OpenAI
 
-from runtime.server.tool_formats import FORMATS
-from runtime.server.tool_grammar import build
+from runtime.server.tools.formats import FORMATS
+from runtime.server.tools.grammar import build
 
 pytestmark = pytest.mark.slow
 
@@ -276,8 +276,8 @@ def test_history_with_malformed_call_is_400(client: OpenAI) -> None:
 
 def test_grammar_keeps_auto_calls_valid_and_none_call_free(engine: Any) -> None:
     """What the model may write, token by token, through the engine's own grammar matcher."""
+    from runtime.engine.grammar import GrammarMatcher
     from runtime.errors import GrammarError
-    from runtime.grammar import GrammarMatcher
 
     fmt = FORMATS["qwen25"]
     tools = [("get_weather", WEATHER["function"]["parameters"])]

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from runtime.server.tool_formats import FORMATS
+from runtime.server.tools.formats import FORMATS
 from tests.families import family_tokenizer
 
 pytestmark = pytest.mark.slow  # the bundled tokenizer

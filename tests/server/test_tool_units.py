@@ -8,10 +8,10 @@ import json
 import pytest
 
 from runtime.server.errors import ApiError
-from runtime.server.tool_calls import plan
-from runtime.server.tool_formats import FORMATS, RawCall, canonical_json
-from runtime.server.tool_prompt import CallMemo, fallback_messages
-from runtime.server.tool_stream import ArgsDelta, CallStart, CallStreamer, Content
+from runtime.server.tools.calls import plan
+from runtime.server.tools.formats import FORMATS, RawCall, canonical_json
+from runtime.server.tools.prompt import CallMemo, fallback_messages
+from runtime.server.tools.stream import ArgsDelta, CallStart, CallStreamer, Content
 
 WEATHER = {
     "type": "function",
@@ -228,7 +228,7 @@ def test_a_template_that_takes_tools_gets_them_sorted_with_parsed_arguments() ->
 
     from runtime.server.args import ServerArgs
     from runtime.server.bridge import EngineBridge
-    from runtime.server.tool_chat import ToolCalling
+    from runtime.server.tools.chat import ToolCalling
 
     tokenizer = _TemplateTokenizer()
     engine = SimpleNamespace(tokenizer=tokenizer)

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from runtime.generation import GenerationRequest
+from runtime.engine.generation import GenerationRequest
 from runtime.server.trace_dir import TRACE_SESSION, TraceDir, TraceDirConfig
-from runtime.trace_record import StepRecord
+from runtime.trace.record import StepRecord
 
 
 def out(prompt: int, cached: int, evicted: int = 0, ids: list[int] | None = None) -> dict:

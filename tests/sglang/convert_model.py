@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from runtime.model_files import default_model_path
+from runtime.model.files import default_model_path
 
 
 def convert(out: Path) -> Path:

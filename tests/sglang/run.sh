@@ -51,7 +51,7 @@ setup_venv() {
     "$V/bin/pip" install -q --no-deps -e "$ROOT"
     "$V/bin/python" tests/sglang/make_stubs.py "$("$V/bin/python" -c 'import site; print(site.getsitepackages()[0])')"
     "$V/bin/python" -c "import torch, sglang.launch_server, sglang.srt.managers.scheduler, accelerate; assert torch.__version__.startswith('2.13.0')"
-    "$V/bin/python" -c "from runtime.model_files import default_model_path; default_model_path()"
+    "$V/bin/python" -c "from runtime.model.files import default_model_path; default_model_path()"
     touch "$READY"
 }
 

@@ -175,7 +175,7 @@ def test_unusable_directory_still_serves(engine, tmp_path, prompt, cold, caplog)
 
 def test_weights_change_makes_old_pages_unreachable(engine, tmp_path, prompt):
     from runtime.cache.tier.hooks import model_fingerprint
-    from runtime.model import LlamaModel
+    from runtime.model.model import LlamaModel
 
     fp = model_fingerprint(engine.model, "m", "float32")
     other = LlamaModel.random(engine.model.cfg, engine.model.dtype, "cpu", seed=1)

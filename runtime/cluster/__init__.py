@@ -1,0 +1,1 @@
+"""`radixagent cluster`: local workers behind a router, and their supervisor."""

@@ -1,0 +1,1 @@
+"""The engine: requests, the scheduler, sampling, grammars and the step loop."""

@@ -1,0 +1,95 @@
+"""Per-request state on the engine's hot path, and the events a request streams back."""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from runtime.cache.manager import Lease
+from runtime.cache.seq_kv import SeqKV
+from runtime.engine.logprobs import LogprobState
+from runtime.engine.sampling import Sampler, SamplingParams
+
+
+@dataclass(slots=True)
+class Request:
+    rid: str
+    input_ids: list[int]
+    params: SamplingParams
+    namespace: str
+    use_cache: bool
+    session_id: str | None
+    priority: int
+    sampler: Sampler
+    grammar: Any | None = None  # runtime.engine.grammar.GrammarMatcher
+    logprob: LogprobState | None = None  # set when the request asks for logprobs
+    tokenizer: Any | None = None  # decodes logprob token texts (return_text_in_logprobs)
+    arrival: float = field(default_factory=time.perf_counter)
+    # scheduling state
+    cached_len: int = 0  # prompt tokens served from the cache (reported)
+    lease: Lease | None = None  # its hold on the cache manager while it runs
+    evicted_len: int = 0  # prompt tokens after cached_len the tree held and evicted (issue 19)
+    tier_tokens: int = 0  # of which loaded from the KV tier's store for this request
+    storage_backend: str | None = None  # the engine's tier backend, when it has one
+    output_ids: list[int] = field(default_factory=list)
+    first_token_time: float | None = None
+    finish_reason: dict[str, Any] | None = None
+    aborted: bool = False
+    weights_version: int = 0  # the scheduler's weights when this request started (checked at insert)
+    events: queue.SimpleQueue = field(default_factory=queue.SimpleQueue)
+    done: threading.Event = field(default_factory=threading.Event)
+    text: str = ""
+    error: BaseException | None = None
+
+    @property
+    def kv(self) -> SeqKV | None:
+        """This request's K/V buffer while it runs (the cache manager owns it)."""
+        kv = self.lease.kv if self.lease is not None else None
+        assert kv is None or isinstance(kv, SeqKV)
+        return kv
+
+    @property
+    def prefilled(self) -> bool:
+        return self.kv is not None and self.kv.length >= len(self.input_ids)
+
+    def next_chunk(self, budget: int) -> list[int]:
+        """The tokens this request feeds into the next forward step."""
+        assert self.kv is not None
+        if not self.prefilled:
+            return self.input_ids[self.kv.length : self.kv.length + budget]
+        return [self.output_ids[-1]]
+
+    def meta_info(self, now: float) -> dict[str, Any]:
+        meta = self._meta(now)
+        if self.logprob is not None:
+            meta.update(self.logprob.meta_info(self.input_ids, self.output_ids, self.tokenizer))
+        return meta
+
+    def _meta(self, now: float) -> dict[str, Any]:
+        meta = {
+            "id": self.rid,
+            "prompt_tokens": len(self.input_ids),
+            "completion_tokens": len(self.output_ids),
+            "cached_tokens": self.cached_len,
+            "finish_reason": self.finish_reason,
+            "e2e_latency": now - self.arrival,
+            "ttft": (self.first_token_time or now) - self.arrival,
+            # misses (issue 19): why the rest was not cached (docs/compat.md)
+            "evicted_prefix_tokens": self.evicted_len,
+            "prefix_cache": self.use_cache and self.logprob is None,  # logprob requests match nothing
+        }
+        if self.storage_backend is not None and self.cached_len:
+            # SGLang HiCache's breakdown (present on a hit): pool, host memory (none here), storage
+            meta["cached_tokens_details"] = {
+                "device": self.cached_len - self.tier_tokens,
+                "host": 0,
+                "storage": self.tier_tokens,
+                "storage_backend": self.storage_backend,
+            }
+        return meta
+
+    def result(self, now: float) -> dict[str, Any]:
+        return {"text": self.text, "output_ids": list(self.output_ids), "meta_info": self.meta_info(now)}

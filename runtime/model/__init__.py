@@ -1,0 +1,1 @@
+"""The model: weights, the forward pass, attention and the decode kernel."""

@@ -1,0 +1,370 @@
+"""Native decode kernels: one token's attention read straight from the stored KV format (with,
+in a decode-only step, the layer's rope and K/V store in the same call), and, for quantized
+weights, a decode step's int8 lm_head, bf16 RMSNorms and silu(gate)*up.
+
+Why: PyTorch's CPU attention runs in float32 (its bf16/fp16 kernels measured 4-15x slower), so
+with bfloat16, float16 or int8 KV every layer's K/V was converted into a float32 scratch before
+SDPA: a write and a read of twice the stored bytes per layer and step, most of a decode step at
+2k tokens of context. runtime/model/csrc/decode_attention.c reads each stored row once and converts
+it in registers (measured in `python -m evals.kv_attention`: the "native" rows). The same
+library holds the two other pieces of a quantized model's decode step that PyTorch runs slowly
+on this CPU: the 49152x576 int8 lm_head (torch's int8 kernel ~11 GB/s, this one at the memory's
+speed) and RMSNorm on a few bf16 rows (~6 small ops of ~5 us each in torch, one call here).
+Later additions, for the same reason (a 135M model's decode step is ~40 small ops per layer):
+`layer_step` (rope, K/V store and attention: torch's exact roundings, ~20 ops fewer per layer),
+and `silu_mul` (torch's bits, with torch's own SLEEF exp).
+
+Which of these give torch's bits: the rope, K/V store, silu*up and the conversions around
+attention do (tested to the bit); the attention, int8 lm_head and RMSNorm sum in
+another order (last-bit differences). None is used with deterministic inference, which takes
+one kernel of its own from this library instead: `linear_f32`, a float32 matmul whose every
+output is summed in one fixed order (MKL's sgemm changes its blocking with the row count).
+The int4 layers keep torch's kernel: a native one (bf16 pair dot products per group) ran the
+model's shapes 1.3-1.7x faster, but summed in another order, and the bench's cold-vs-cached
+outputs went from 67% to 0% identical, for ~0.5 ms of a 9 ms step.
+
+How it is built: with the machine's C compiler (`$CC`, else `cc`) for this CPU (-march=native)
+on first use, into a cache keyed by the source, the flags and the compiler, so a machine builds
+it once (~1 s). It links OpenMP by soname, so in a process that imported torch it runs on
+torch's own libgomp and thread pool (two OpenMP runtimes would fight over the cores). No
+compiler, or a failed build: `KernelUnavailable`, and the engine keeps PyTorch's attention
+(`attention_backend="torch_native"` asks for that outright).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from runtime.cache.kv_format import KVFormat
+from runtime.errors import RadixAgentError
+
+SOURCE = Path(__file__).parent / "csrc" / "decode_attention.c"
+#: compiled with -ffast-math (vectorised expf, reassociated sums), linked without it: GCC 12 links
+#: crtfastmath.o into a -shared -ffast-math library, which at load turns on flush-to-zero for the
+#: whole process and would change every other op's results
+FLAGS = ("-O3", "-march=native", "-ffast-math", "-fopenmp", "-fPIC")
+LINK = ("-shared", "-fopenmp")
+#: the C side's dtype codes (enum in decode_attention.c)
+CODES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2, torch.int8: 3}
+#: activation dtypes `decode_layer` takes (its ACT_ enum)
+ACTS = {torch.float32: 0, torch.bfloat16: 1}
+
+
+class KernelUnavailable(RadixAgentError):
+    """The native kernel could not be built or loaded here (the message says why)."""
+
+
+class _Plan(ctypes.Structure):
+    """decode_attention.c's `Plan`, field for field."""
+
+    _fields_ = [
+        ("k", ctypes.c_void_p),
+        ("v", ctypes.c_void_p),
+        ("ks", ctypes.c_void_p),
+        ("vs", ctypes.c_void_p),
+        ("rows", ctypes.c_void_p),
+        ("start", ctypes.c_int64),
+        ("n", ctypes.c_int64),
+        ("layer_stride", ctypes.c_int64),
+        ("head_stride", ctypes.c_int64),
+        ("scale_layer_stride", ctypes.c_int64),
+        ("scale_head_stride", ctypes.c_int64),
+        ("kv_heads", ctypes.c_int32),
+        ("g", ctypes.c_int32),
+        ("hd", ctypes.c_int32),
+        ("dtype", ctypes.c_int32),
+        ("threads", ctypes.c_int32),
+        ("scale", ctypes.c_float),
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class DecodePlan:
+    """One request's K/V for one decode step, every layer: the C struct, and the tensors its
+    pointers point into (kept alive here for the step)."""
+
+    plan: _Plan
+    keep: tuple[torch.Tensor, ...]
+    heads: int
+    head_dim: int
+
+
+@dataclass(frozen=True, slots=True)
+class DecodePlans:
+    """Plans of one step's one-token requests, as the C array `decode_layer` takes."""
+
+    array: ctypes.Array  # of pointers to each plan's _Plan
+    count: int
+    heads: int
+    head_dim: int
+    keep: tuple[DecodePlan, ...]
+
+    @classmethod
+    def of(cls, plans: list[DecodePlan], act: torch.dtype) -> DecodePlans | None:
+        """None where `decode_layer` does not take them: no plans, plans of other shapes, or
+        activations in a dtype it does not take (float16 models keep the torch ops)."""
+        if (
+            not plans
+            or act not in ACTS
+            or len({(p.heads, p.head_dim) for p in plans}) != 1
+            or plans[0].head_dim % 2
+        ):
+            return None
+        array = (ctypes.POINTER(_Plan) * len(plans))(*(ctypes.pointer(p.plan) for p in plans))
+        return cls(array, len(plans), plans[0].heads, plans[0].head_dim, tuple(plans))
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeKernel:
+    fn: ctypes._CFuncPtr  # type: ignore[name-defined]  # ctypes' function type has no public name
+    int8_fn: ctypes._CFuncPtr  # type: ignore[name-defined]
+    rms_fn: ctypes._CFuncPtr  # type: ignore[name-defined]
+    layer_fn: ctypes._CFuncPtr  # type: ignore[name-defined]
+    linear_fn: ctypes._CFuncPtr  # type: ignore[name-defined]
+    #: silu(gate) * up on bf16 rows with torch's exp, or None where its bits differ from torch's
+    #: here (checked at load over every bf16 input) or torch's exp cannot be found
+    silu_fn: tuple[ctypes._CFuncPtr, int] | None  # type: ignore[name-defined]  # (kernel, torch's exp)
+
+    @classmethod
+    def load(cls, cache_dir: Path | None = None) -> DecodeKernel:
+        """Builds (once per machine and source) and loads the kernel. Raises KernelUnavailable."""
+        if platform.system() != "Linux":
+            raise KernelUnavailable(
+                f"the native decode kernel is built for Linux only (this is {platform.system()})"
+            )
+        path = _build(cache_dir or _cache_dir())
+        try:
+            lib = ctypes.CDLL(str(path))
+        except OSError as e:
+            raise KernelUnavailable(f"could not load {path.name}: {e}") from e
+        fn = lib.decode_attention
+        fn.argtypes = [ctypes.POINTER(_Plan), ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p]
+        fn.restype = ctypes.c_int
+        int8 = lib.int8_linear
+        p, i64 = ctypes.c_void_p, ctypes.c_int64
+        int8.argtypes = [p, p, p, p, i64, i64, i64, ctypes.c_int32]
+        int8.restype = ctypes.c_int
+        rms = lib.rms_norm_bf16
+        rms.argtypes = [p, p, p, i64, i64, ctypes.c_float]
+        rms.restype = ctypes.c_int
+        layer = lib.decode_layer
+        layer.argtypes = [p, i64, i64, ctypes.c_int32, p, i64, p, p, p]
+        layer.restype = ctypes.c_int
+        linear = lib.linear_f32_invariant
+        linear.argtypes = [p, p, p, p, i64, i64, i64, ctypes.c_int32]
+        linear.restype = ctypes.c_int
+        silu = lib.silu_mul_bf16
+        silu.argtypes = [p, p, i64, i64, p]
+        silu.restype = ctypes.c_int
+        exp16 = _torch_exp16()
+        bound = (silu, exp16) if exp16 is not None else None
+        silu_ok = bound if bound is not None and _silu_matches_torch(bound) else None
+        return cls(fn, int8, rms, layer, linear, silu_ok)
+
+    @staticmethod
+    def plan(
+        planes: tuple[torch.Tensor, ...], fmt: KVFormat, rows: int | torch.Tensor, n: int, heads: int
+    ) -> DecodePlan | None:
+        """The plan for keys at `rows` (the first of one run, or every row) of the pool-layout
+        planes ([layers, kv_heads, size, x]); None where the kernel does not take the layout."""
+        k, v = planes[0], planes[1]
+        if k.device.type != "cpu" or k.dtype not in CODES or k.stride(-1) != 1 or k.stride(-2) != k.shape[-1]:
+            return None
+        kvh, hd = k.shape[1], k.shape[3]
+        if heads % kvh or heads // kvh > 16 or hd > 256 or kvh > 64 or v.stride() != k.stride():
+            return None
+        scales = planes[2:4] if fmt.scaled else ()
+        if scales and (scales[0].stride(-2) != 1 or scales[0].stride() != scales[1].stride()):
+            return None
+        idx = None if isinstance(rows, int) else rows.to(torch.int64).contiguous()
+        plan = _Plan(
+            k.data_ptr(),
+            v.data_ptr(),
+            scales[0].data_ptr() if scales else None,
+            scales[1].data_ptr() if scales else None,
+            idx.data_ptr() if idx is not None else None,
+            rows if isinstance(rows, int) else 0,
+            n,
+            k.stride(0),
+            k.stride(1),
+            scales[0].stride(0) if scales else 0,
+            scales[0].stride(1) if scales else 0,
+            kvh,
+            heads // kvh,
+            hd,
+            CODES[k.dtype],
+            torch.get_num_threads(),
+            hd**-0.5,
+        )
+        keep = (*planes, idx) if idx is not None else planes
+        return DecodePlan(plan, keep, heads, hd)
+
+    def __call__(self, plan: DecodePlan, layer: int, q: torch.Tensor) -> torch.Tensor:
+        """Layer `layer`'s attention for one query token q ([heads, head_dim] float32): [1, heads * hd]."""
+        q = q.contiguous()
+        out = torch.empty(1, plan.heads * plan.head_dim, dtype=torch.float32)
+        if self.fn(ctypes.byref(plan.plan), layer, q.data_ptr(), out.data_ptr()) != 0:
+            raise KernelUnavailable("decode_attention refused its plan")  # plan() checked the shapes
+        return out
+
+    def layer_step(
+        self, plans: DecodePlans, layer: int, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+    ) -> torch.Tensor:
+        """The rest of layer `layer`'s attention for one-token requests, from the qkv projection's
+        rows h ([count, heads*hd + 2*kv_heads*hd], one per plan) to the o projection's input
+        ([count, heads*hd]): rope on q and K with each request's cos/sin rows ([count, hd]), K and
+        V stored in the pool's format at its newest row, attention. The same bits as the compact
+        forward's torch ops for these steps (runtime/model/model.py), in one call."""
+        if h.shape[0] != plans.count or h.dtype not in ACTS or cos.dtype != h.dtype or sin.dtype != h.dtype:
+            raise ValueError(f"layer_step: {h.shape[0]} rows of {h.dtype} for {plans.count} plans")
+        h, cos, sin = h.contiguous(), cos.contiguous(), sin.contiguous()
+        out = torch.empty(h.shape[0], plans.heads * plans.head_dim, dtype=h.dtype)
+        args = (h.data_ptr(), h.stride(0), cos.data_ptr(), sin.data_ptr(), out.data_ptr())
+        if self.layer_fn(plans.array, plans.count, layer, ACTS[h.dtype], *args) != 0:
+            raise KernelUnavailable("decode_layer refused its plans")  # DecodePlans.of checked them
+        return out
+
+    def silu_mul(self, h: torch.Tensor) -> torch.Tensor:
+        """silu(gate) * up of h = [m, gate | up]: bf16 rows natively, with torch's bits."""
+        if self.silu_fn is None or h.dtype != torch.bfloat16:
+            return silu_mul(h)
+        out = _silu_call(self.silu_fn, h)
+        return silu_mul(h) if out is None else out
+
+    def int8_linear(
+        self, x: torch.Tensor, weight: torch.Tensor, scales32: torch.Tensor
+    ) -> torch.Tensor | None:
+        """x [m, k] times an int8 [n, k] matrix with float32 row scales: float32 [m, n]; None
+        where the kernel does not take it (more than 4 rows: PyTorch's kernel batches better)."""
+        m, k = x.shape
+        if m > 4 or weight.dtype != torch.int8 or not weight.is_contiguous() or weight.shape[1] != k:
+            return None
+        xf = x.float().contiguous()
+        out = torch.empty(m, weight.shape[0], dtype=torch.float32)
+        args = (xf.data_ptr(), weight.data_ptr(), scales32.data_ptr(), out.data_ptr(), m, weight.shape[0], k)
+        if self.int8_fn(*args, torch.get_num_threads()) != 0:
+            return None
+        return out
+
+    def linear_f32(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        """x [m, k] @ weight [n, k]^T (+ bias) in float32 with every output summed in one fixed
+        order: a row's result is the same bits whatever rows share the call (deterministic
+        inference; MKL's sgemm changes its blocking, and so the last bits, with the row count)."""
+        x = x.contiguous()
+        m, k = x.shape
+        if weight.dtype != torch.float32 or x.dtype != torch.float32 or weight.shape[1] != k:
+            raise ValueError(f"linear_f32: {x.dtype} [{m}, {k}] times {weight.dtype} {list(weight.shape)}")
+        w = weight.contiguous()
+        b = None if bias is None else bias.float().contiguous()
+        out = torch.empty(m, w.shape[0], dtype=torch.float32)
+        args = (
+            x.data_ptr(),
+            w.data_ptr(),
+            None if b is None else b.data_ptr(),
+            out.data_ptr(),
+            m,
+            w.shape[0],
+            k,
+        )
+        if self.linear_fn(*args, torch.get_num_threads()) != 0:
+            raise ValueError(f"linear_f32 refused [{m}, {k}] x {list(w.shape)}")
+        return out
+
+    def rms_norm_bf16(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        """The compact forward's RMSNorm on bfloat16 rows [m, k], the same bits as its torch ops
+        (fp32 math, rounded to bf16, times the bf16 weight, rounded), in one call."""
+        x = x.contiguous()
+        out = torch.empty_like(x)
+        self.rms_fn(x.data_ptr(), weight.data_ptr(), out.data_ptr(), x.shape[0], x.shape[1], eps)
+        return out
+
+
+def silu_mul(h: torch.Tensor) -> torch.Tensor:
+    """The MLP's activation, silu(gate) * up, of h = [m, gate | up] with torch's ops."""
+    gate, up = h.chunk(2, dim=-1)
+    return F.silu(gate) * up
+
+
+def _silu_call(fn: tuple[ctypes._CFuncPtr, int], h: torch.Tensor) -> torch.Tensor | None:  # type: ignore[name-defined]
+    h = h.contiguous()
+    out = torch.empty(h.shape[0], h.shape[1] // 2, dtype=h.dtype)
+    return out if fn[0](h.data_ptr(), out.data_ptr(), h.shape[0], h.shape[1] // 2, fn[1]) == 0 else None
+
+
+def _torch_exp16() -> int | None:
+    """The address of the vectorised exp torch's CPU ops use (SLEEF's, in libtorch_cpu)."""
+    try:
+        lib = ctypes.CDLL(str(Path(torch.__file__).parent / "lib" / "libtorch_cpu.so"))
+        return ctypes.cast(lib.Sleef_expf16_u10, ctypes.c_void_p).value
+    except (OSError, AttributeError):
+        return None
+
+
+def _silu_matches_torch(fn: tuple[ctypes._CFuncPtr, int]) -> bool:  # type: ignore[name-defined]
+    """Whether the native silu * up gives torch's bits for every finite bf16 gate (times up)."""
+    gate = torch.arange(-(2**15), 2**15, dtype=torch.int32).to(torch.int16).view(torch.bfloat16)
+    gate = gate[torch.isfinite(gate)]
+    gate = gate[: gate.numel() // 16 * 16]
+    up = torch.randn(gate.numel(), generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
+    h = torch.cat([gate, up]).view(1, -1)
+    ours = _silu_call(fn, h)
+    return ours is not None and torch.equal(ours, silu_mul(h))
+
+
+def _cache_dir() -> Path:
+    """$RADIXAGENT_KERNEL_DIR, else $XDG_CACHE_HOME/radixagent/kernels (~/.cache by default)."""
+    if os.environ.get("RADIXAGENT_KERNEL_DIR"):
+        return Path(os.environ["RADIXAGENT_KERNEL_DIR"])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "radixagent" / "kernels"
+
+
+def _build(cache_dir: Path) -> Path:
+    cc = os.environ.get("CC") or "cc"
+    if shutil.which(cc) is None:
+        raise KernelUnavailable(f"no C compiler ({cc!r} is not on PATH; set CC)")
+    try:
+        version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError) as e:
+        raise KernelUnavailable(f"{cc} --version failed: {e}") from e
+    # -march=native: the CPU is part of the key (a cache on a shared home may see other CPUs)
+    key = hashlib.sha256(
+        "\0".join([SOURCE.read_text(), *FLAGS, *LINK, version, _cpu_flags()]).encode()
+    ).hexdigest()[:16]
+    path = cache_dir / f"decode_attention-{key}.so"
+    if path.exists():
+        return path
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=cache_dir) as tmp:
+        obj, lib = Path(tmp) / "decode_attention.o", Path(tmp) / "decode_attention.so"
+        _run([cc, *FLAGS, "-c", "-o", str(obj), str(SOURCE)])
+        _run([cc, *LINK, "-o", str(lib), str(obj), "-lm"])
+        os.replace(lib, path)  # atomic: concurrent builders each leave a whole file
+    return path
+
+
+def _run(cmd: list[str]) -> None:
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    except (OSError, subprocess.SubprocessError) as e:
+        raise KernelUnavailable(f"building {SOURCE.name} failed: {e}") from e
+    if done.returncode != 0:
+        raise KernelUnavailable(f"{' '.join(cmd[:2])} failed for {SOURCE.name}: {done.stderr.strip()[-400:]}")
+
+
+def _cpu_flags() -> str:
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return platform.processor()
+    return next((line for line in info.splitlines() if line.startswith("flags")), "")

@@ -1,0 +1,1 @@
+"""Tool calls: formats, prompts, grammars, parsing and streaming."""

@@ -1,0 +1,1 @@
+"""The trace ledger: per-request records of what the cache served."""
