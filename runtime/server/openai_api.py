@@ -63,7 +63,7 @@ def openai_router(state: ServerState) -> APIRouter:
         messages = [_message_dict(i, m) for i, m in enumerate(req.messages)]
         template_kwargs = _template_kwargs(req.chat_template_kwargs)
         reasoning.check(req, template_kwargs)
-        plan = tools.plan(req)
+        plan = await tools.plan(req)
         # earlier turns as generated (runtime/server/reasoning_history.py): ids where they fix tokens
         prompt = await reasoning.prompt(messages, plan, template_kwargs, req.cache_salt)
         text = prompt.text
