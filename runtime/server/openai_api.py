@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from typing import Any
 
+import anyio
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
@@ -63,7 +64,8 @@ def openai_router(state: ServerState) -> APIRouter:
         messages = [_message_dict(i, m) for i, m in enumerate(req.messages)]
         template_kwargs = _template_kwargs(req.chat_template_kwargs)
         reasoning.check(req, template_kwargs)
-        plan = tools.plan(req)
+        # schemas compile off the event loop (a big tool list must not stall /health)
+        plan = await anyio.to_thread.run_sync(lambda: tools.plan(req))
         # earlier turns as generated (runtime/server/reasoning_history.py): ids where they fix tokens
         prompt = await reasoning.prompt(messages, plan, template_kwargs, req.cache_salt)
         text = prompt.text

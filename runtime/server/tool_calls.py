@@ -19,6 +19,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from runtime import grammar_guard
+from runtime.errors import GrammarError
 from runtime.server import tool_grammar
 from runtime.server.errors import ApiError, format_validation_errors
 from runtime.server.tool_formats import Parsed, RawCall, ToolFormat
@@ -103,23 +105,57 @@ def _grammar_params(params: dict[str, Any]) -> dict[str, Any]:
     return params
 
 
+#: tools in one request, and the bytes of all their parameter schemas together: each schema is
+#: compiled, so the count and total bound the work one request can ask for
+MAX_TOOLS = 128
+MAX_TOOLS_SCHEMA_BYTES = 262_144
+
+
 def _check_parameters(index: int, params: dict[str, Any]) -> None:
+    """The same guarded path response_format takes (runtime/grammar_guard.py): bounds first, then
+    llguidance in the big-stack thread (a 3,000-hop $ref chain crashed the default stack)."""
     import llguidance
 
     where = f"tools.{index}.function.parameters"
     if params.get("type", "object") != "object":
         raise ApiError(400, f"{where}: must be a JSON schema of type 'object'")
     try:
-        json.dumps(params, sort_keys=True)  # the grammar re-serializes it: too deep fails here, as a 400
+        grammar_guard.check_json_schema(json.dumps(params, sort_keys=True), where)
+    except GrammarError as exc:
+        raise ApiError(400, str(exc)) from None
+    except (ValueError, RecursionError):
+        raise ApiError(400, f"{where}: nested deeper than {grammar_guard.MAX_SCHEMA_DEPTH} levels") from None
+
+    def validate() -> str:
         grammar = llguidance.LLMatcher.grammar_from_json_schema(_grammar_params(params))
-        error = llguidance.LLMatcher.validate_grammar(grammar)
+        return str(llguidance.LLMatcher.validate_grammar(grammar) or "")
+
+    try:
+        error = grammar_guard.run_with_big_stack(validate)
     except (ValueError, TypeError, RecursionError) as exc:
         error = str(exc) or type(exc).__name__
     if error:
         raise ApiError(400, f"{where}: not a JSON schema this server can enforce: {error}")
 
 
+def _check_bounds(raw: list[dict[str, Any]]) -> None:
+    if len(raw) > MAX_TOOLS:
+        raise ApiError(400, f"tools: {len(raw)} tools; the limit is {MAX_TOOLS}")
+    size = 0
+    for i, item in enumerate(raw):
+        try:
+            size += len(json.dumps(item))
+        except (ValueError, TypeError, RecursionError):
+            where = f"tools.{i}.function.parameters"
+            raise ApiError(
+                400, f"{where}: nested deeper than {grammar_guard.MAX_SCHEMA_DEPTH} levels"
+            ) from None
+    if size > MAX_TOOLS_SCHEMA_BYTES:
+        raise ApiError(400, f"tools: {size} bytes of definitions; the limit is {MAX_TOOLS_SCHEMA_BYTES}")
+
+
 def _tools(raw: list[dict[str, Any]]) -> tuple[Tool, ...]:
+    _check_bounds(raw)
     tools: list[Tool] = []
     for i, item in enumerate(raw):
         try:
