@@ -138,3 +138,35 @@ def test_exact_abort_never_reaches_prefixed_rids(small_engine: Any, leaving: str
         time.sleep(0.01)
     worker.join(60)
     assert not worker.is_alive()
+
+
+def _server(engine: Any, **kw: Any) -> Any:
+    from server_util import LiveServer
+
+    from runtime.server import ServerArgs, create_app
+
+    return LiveServer(create_app(engine, ServerArgs(**kw)))
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/flush_cache", None),
+        ("/abort_request", {"abort_all": True}),
+        ("/abort_request", {"rid": "a"}),
+        ("/update_weights_from_disk", {"model_path": "/nonexistent"}),
+    ],
+)
+def test_admin_paths_need_the_admin_key(small_engine: Any, path: str, body: Any) -> None:
+    tenant = {"Authorization": "Bearer k"}
+    with _server(small_engine, api_key="k") as live:  # no admin key: refused for every key holder
+        r = httpx.post(live.url + path, json=body, headers=tenant, timeout=60)
+        assert r.status_code == 403 and "admin" in r.text, r.text
+        assert httpx.get(live.url + "/get_server_info", headers=tenant, timeout=60).status_code == 200
+    with _server(small_engine, api_key="k", admin_api_key="adm") as live:
+        r = httpx.post(live.url + path, json=body, headers=tenant, timeout=60)
+        assert r.status_code == 403, r.text
+        r = httpx.post(live.url + path, json=body, headers={"Authorization": "Bearer adm"}, timeout=60)
+        assert r.status_code in (200, 400), r.text  # the admin is let through (a bad path is a 400)
+        info = httpx.get(live.url + "/get_server_info", headers=tenant, timeout=60).text
+        assert "adm" not in info.replace("admin", "")
