@@ -170,3 +170,11 @@ def test_admin_paths_need_the_admin_key(small_engine: Any, path: str, body: Any)
         assert r.status_code in (200, 400), r.text  # the admin is let through (a bad path is a 400)
         info = httpx.get(live.url + "/get_server_info", headers=tenant, timeout=60).text
         assert "adm" not in info.replace("admin", "")
+
+
+@pytest.mark.parametrize("name", ["messages", "add_generation_prompt", "tools", "raise_exception"])
+def test_template_kwargs_colliding_with_ours_are_400(hardening_client: Any, name: str) -> None:
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
+    body["chat_template_kwargs"] = {name: []}
+    r = hardening_client.post("/v1/chat/completions", json=body)
+    assert r.status_code == 400 and name in r.text, r.text
