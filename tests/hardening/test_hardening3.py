@@ -178,3 +178,18 @@ def test_template_kwargs_colliding_with_ours_are_400(hardening_client: Any, name
     body["chat_template_kwargs"] = {name: []}
     r = hardening_client.post("/v1/chat/completions", json=body)
     assert r.status_code == 400 and name in r.text, r.text
+
+
+@pytest.mark.parametrize(
+    ("extra", "limit"),
+    [
+        ({"logit_bias": {str(i): 1 for i in range(49_152)}}, "logit_bias"),
+        ({"logit_bias": {str(i): -1 for i in range(2_000)}}, "logit_bias"),
+        ({"stop": [f"s{i}" for i in range(100_000)]}, "stop"),
+        ({"stop": ["x" * 5000]}, "stop"),
+    ],
+)
+def test_logit_bias_and_stop_are_capped(hardening_client: Any, extra: dict[str, Any], limit: str) -> None:
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, **extra}
+    r = hardening_client.post("/v1/chat/completions", json=body)
+    assert r.status_code == 400 and limit in r.text and "limit" in r.text, r.text
