@@ -145,6 +145,10 @@ def _check_single(req: _OpenAIBase, prompt: Any) -> None:
 TEMPLATE_CALL_ARGS = frozenset(
     {
         "conversation",
+        # variables the render itself sets (a 500 before: {"messages": []} replaced the conversation)
+        "messages",
+        "raise_exception",
+        "strftime_now",
         "tools",
         "documents",
         "chat_template",
