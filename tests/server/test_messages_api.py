@@ -217,3 +217,12 @@ def test_x_api_key_auth(secured_server: Any) -> None:
         json={"model": MODEL, "messages": _ask("x")},
     )
     assert bearer.status_code == 200 and bearer.json()["input_tokens"] > 0
+
+
+def test_six_call_anthropic_agent_door_reads_earlier_turns_from_cache(server: Any) -> None:
+    from evals.doors.anthropic_agent import run_anthropic_agent
+
+    rows = run_anthropic_agent(server.url, turns=6, max_tokens=40)
+    assert len(rows) == 6
+    for prev, row in zip(rows, rows[1:], strict=False):
+        assert row["cached_tokens"] >= 0.9 * prev["prompt_tokens"]

@@ -82,7 +82,7 @@ def _tools(req: CountTokensRequest) -> tuple[list[dict[str, Any]] | None, Any, b
     choice = req.tool_choice or {"type": "auto"}
     kind = choice.get("type")
     parallel = None if "disable_parallel_tool_use" not in choice else not choice["disable_parallel_tool_use"]
-    if not req.tools or kind == "none":
+    if not req.tools:
         return None, None, None
     tools = []
     for t in req.tools:
@@ -90,7 +90,7 @@ def _tools(req: CountTokensRequest) -> tuple[list[dict[str, Any]] | None, Any, b
             raise ApiError(400, f"tools: tool type {t.get('type')!r} not supported (custom tools only)")
         fn = {"name": t["name"], "description": t.get("description", ""), "parameters": t["input_schema"]}
         tools.append({"type": "function", "function": fn})
-    mapped = {"auto": "auto", "any": "required"}.get(str(kind))
+    mapped = {"auto": "auto", "any": "required", "none": "none"}.get(str(kind))
     if kind == "tool":
         return tools, {"type": "function", "function": {"name": choice["name"]}}, parallel
     if mapped is None:
