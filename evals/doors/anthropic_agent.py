@@ -66,14 +66,14 @@ def run_anthropic_agent(
     rows = []
     for call in range(1, turns + 1):
         choice = {"type": "none"} if call == turns else {"type": "any"}
-        m = client.messages.create(
+        m = client.messages.create(  # type: ignore[call-overload]
             model=model,
             max_tokens=max_tokens,
             system=SYSTEM,
-            messages=messages,  # type: ignore[arg-type]
+            messages=messages,
             tools=TOOLS,
             tool_choice=choice,
-            extra_body={"temperature": 0},  # type: ignore[arg-type]
+            extra_body={"temperature": 0},
         )
         rows.append(_row(call, m.usage))
         messages.append(
