@@ -12,6 +12,7 @@ from runtime.server.args import ServerArgs
 from runtime.server.control import control_router
 from runtime.server.debug import debug_router
 from runtime.server.errors import error_response, install_handlers
+from runtime.server.messages.errors import AnthropicErrorMiddleware
 from runtime.server.native import VERSION, native_router
 from runtime.server.openai_api import openai_router
 from runtime.server.state import ServerState
@@ -48,6 +49,7 @@ def create_app(engine: Engine, server_args: ServerArgs | None = None) -> FastAPI
         from runtime.server.trace_dir import SessionHeaderMiddleware
 
         app.add_middleware(SessionHeaderMiddleware)
+    app.add_middleware(AnthropicErrorMiddleware)  # outermost: every /v1/messages error in its shape
     return app
 
 
@@ -125,9 +127,13 @@ class ApiKeyMiddleware:
     def _authorized(self, scope: Scope) -> bool:
         """Exactly one Authorization header with the key: with two, proxies and this server could
         disagree on which one counts, so neither does."""
-        values = [v for name, v in scope.get("headers") or [] if name == b"authorization"]
-        if len(values) != 1:
+        headers = scope.get("headers") or []
+        values = [v for name, v in headers if name == b"authorization"]
+        keys = [v for name, v in headers if name == b"x-api-key"]  # Anthropic clients' header
+        if len(values) + len(keys) != 1:
             return False
+        if keys:
+            return hmac.compare_digest(keys[0].strip(), self.key)
         scheme, _, token = values[0].decode("latin-1").partition(" ")
         if scheme.lower() != "bearer":
             return False

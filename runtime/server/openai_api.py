@@ -21,6 +21,7 @@ from runtime.server import openai_logprobs as lp
 from runtime.server.bridge import SSE_DONE, close_stream, sse, sse_error
 from runtime.server.control import abort_on_disconnect, normalize_rid
 from runtime.server.errors import ApiError
+from runtime.server.messages.api import messages_router
 from runtime.server.openai_stream import close_merged, merge_streams
 from runtime.server.openai_usage import finish_of as _finish
 from runtime.server.openai_usage import usage
@@ -110,6 +111,7 @@ def openai_router(state: ServerState) -> APIRouter:
             raise ApiError(404, f"model {model!r} not found", "not_found_error")
         return _model_card(state)
 
+    r.include_router(messages_router(state, chat_completions, tools, reasoning))
     return r
 
 
