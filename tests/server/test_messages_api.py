@@ -176,13 +176,14 @@ def test_diagnostics_appended_turn_then_system_change(client: anthropic.Anthropi
 def test_structured_output_follows_the_schema(client: anthropic.Anthropic) -> None:
     schema = {
         "type": "object",
-        "properties": {"n": {"type": "integer"}},
+        # bounded so that a sampled (default temperature 1) answer always closes within max_tokens
+        "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 999}},
         "required": ["n"],
         "additionalProperties": False,
     }
     m = client.messages.create(
         model=MODEL,
-        max_tokens=20,
+        max_tokens=64,
         messages=_ask("Give a number as JSON."),
         output_config={"format": {"type": "json_schema", "schema": schema}},
     )

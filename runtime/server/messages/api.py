@@ -60,7 +60,7 @@ def messages_router(
     async def count_tokens(req: CountTokensRequest, request: Request) -> dict[str, Any]:
         creq = _salted(chat_request(req), request)
         messages = [m.model_dump(exclude_none=True) for m in creq.messages]
-        plan = tools.plan(creq)
+        plan = await tools.plan(creq)
         prompt = await reasoning.prompt(messages, plan, {}, creq.cache_salt)
         if prompt.ids is not None:
             return {"input_tokens": len(prompt.ids)}
