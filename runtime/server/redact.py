@@ -32,7 +32,8 @@ def redact(value: Any) -> Any:
 
 
 def _field(name: str, value: Any) -> Any:
-    if _secret_name(name) and not isinstance(value, (bool, dict, list)) and value is not None:
+    # a credential is text: numbers under such names are figures (kv_bytes_per_token, key counts)
+    if _secret_name(name) and isinstance(value, (str, bytes)):
         return MASK
     return redact(value)
 
