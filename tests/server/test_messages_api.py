@@ -69,6 +69,7 @@ def test_forced_tool_use_has_schema_valid_input(client: anthropic.Anthropic, cho
         messages=_ask("What is 2 plus 3?"),
         tools=[ADD],
         tool_choice=choice,  # type: ignore[arg-type]
+        extra_body={"temperature": 0},  # greedy: a sampled integer may run past max_tokens
     )
     uses = [b for b in m.content if b.type == "tool_use"]
     assert m.stop_reason == "tool_use" and uses and uses[0].name == "add"
