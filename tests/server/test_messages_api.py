@@ -12,18 +12,12 @@ import httpx
 import pytest
 from server_util import API_KEY
 
+from evals.doors.anthropic_agent import TOOLS  # noqa: E402
+
 pytestmark = pytest.mark.slow
 
 MODEL = "smollm2"
-ADD = {
-    "name": "add",
-    "description": "Add two integers.",
-    "input_schema": {
-        "type": "object",
-        "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-        "required": ["a", "b"],
-    },
-}
+ADD = TOOLS[0]  # the benchmark's agent tool: one definition of `add`
 SYSTEM = "You are a helpful assistant with tools. Answer briefly."
 
 
