@@ -262,13 +262,13 @@ class Engine:
         return GrammarMatcher.compile(self.tokenizer, sp.json_schema, sp.regex, ebnf=sp.ebnf, lark=sp.lark)
 
     # ---- control ----------------------------------------------------------------------
-    def abort_request(self, rid: str = "", abort_all: bool = False) -> int:
+    def abort_request(self, rid: str = "", abort_all: bool = False, exact: bool = False) -> int:
         """SGLang's abort: requests whose rid starts with `rid` (or all, with `abort_all`) stop at the
         next step; their callers get `finish_reason {"type": "abort"}` and the KV computed so far
         goes into the tree, as SGLang does. Returns how many requests were marked."""
         if not abort_all and not rid:
             raise InvalidRequest("rid: give the request id to abort (or abort_all)")
-        return self.scheduler.abort(rid, abort_all)
+        return self.scheduler.abort(rid, abort_all, exact)
 
     def update_weights_from_disk(
         self,

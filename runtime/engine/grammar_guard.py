@@ -31,6 +31,10 @@ MAX_SCHEMA_DEPTH = 64
 MAX_SCHEMA_REFS = 256
 #: a regex's worst-case expanded size: repetition counts multiplied through nesting
 MAX_REGEX_EXPANSION = 10_000
+#: tools in one request (OpenAI's own limit is 128 functions)
+MAX_TOOLS = 256
+#: characters of all of one request's tool schemas together (each is also held to MAX_GRAMMAR_CHARS)
+MAX_TOOLS_CHARS = 262_144
 #: stack of the compile thread (address space only: pages are touched as the recursion needs them)
 COMPILE_STACK_BYTES = 256 * 2**20
 
@@ -71,6 +75,47 @@ def check_schema_value(schema: Any, field: str) -> None:
             stack.extend((v, depth + 1) for v in node.values() if isinstance(v, (dict, list)))
         elif isinstance(node, list):
             stack.extend((v, depth + 1) for v in node if isinstance(v, (dict, list)))
+
+
+def check_tool_schemas(
+    schemas: list[Any], field: str = "tools", item: str = "tools.{}.function.parameters"
+) -> list[str]:
+    """Every tool schema of one request, bounded alone and together (count, characters, depth,
+    `$ref` targets, patterns), before anything compiles them: the texts as they will be compiled,
+    or GrammarError naming the tool and the limit. Whatever door the tools came through (chat,
+    Responses, Messages) calls this; `field` and `item` name the door's own fields."""
+    if len(schemas) > MAX_TOOLS:
+        raise GrammarError(f"{field}: {len(schemas):,} tools; the limit is {MAX_TOOLS}")
+    texts: list[str] = []
+    total = 0
+    for i, schema in enumerate(schemas):
+        where = item.format(i)
+        check_schema_value(schema, where)  # depth first: serializing an unbounded nesting recurses
+        text = json.dumps(schema, sort_keys=True, separators=(",", ":"))
+        if len(text) > MAX_GRAMMAR_CHARS:
+            raise GrammarError(f"{where}: {len(text)} characters; the limit is {MAX_GRAMMAR_CHARS}")
+        total += len(text)
+        if total > MAX_TOOLS_CHARS:
+            raise GrammarError(
+                f"{field}: the tool schemas add up to more than {MAX_TOOLS_CHARS:,} characters (the limit)"
+            )
+        texts.append(text)
+    return texts
+
+
+def schema_error(text: str) -> str | None:
+    """llguidance's complaint about a bounded JSON schema (None when it compiles), compiled on the
+    big stack: the caller runs this off the event loop (`asyncio.to_thread`)."""
+    import llguidance
+
+    def compile_one() -> str | None:
+        try:
+            grammar = llguidance.LLMatcher.grammar_from_json_schema(text)
+            return llguidance.LLMatcher.validate_grammar(grammar) or None
+        except (ValueError, TypeError, RecursionError) as exc:
+            return str(exc) or type(exc).__name__
+
+    return run_with_big_stack(compile_one)
 
 
 def check_regex(regex: str, field: str = "regex") -> None:

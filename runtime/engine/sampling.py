@@ -68,6 +68,15 @@ class SamplingParams:
             (0 < self.repetition_penalty <= 2, "repetition_penalty must be in (0, 2]"),
             (self.min_new_tokens >= 0, "min_new_tokens must be >= 0"),
             (
+                len(self.logit_bias or ()) <= MAX_LOGIT_BIAS,
+                f"logit_bias: {len(self.logit_bias or ())} entries; the limit is {MAX_LOGIT_BIAS}",
+            ),
+            (len(self.stop) <= MAX_STOP, f"stop: {len(self.stop)} strings; the limit is {MAX_STOP}"),
+            (
+                all(len(s) <= MAX_STOP_CHARS for s in self.stop if isinstance(s, str)),
+                f"stop: a string longer than {MAX_STOP_CHARS} characters (the limit)",
+            ),
+            (
                 _bias_ok(self.logit_bias),
                 "logit_bias must map token ids (>= 0) to finite numbers in [-100, 100]",
             ),
@@ -111,6 +120,12 @@ class SamplingParams:
             return cls(**kwargs, extra=params)
         except TypeError as exc:
             raise InvalidRequest(f"bad sampling_params: {exc}") from exc
+
+
+#: per-step work scales with these (each decode step adds every bias and scans every stop string)
+MAX_LOGIT_BIAS = 1024
+MAX_STOP = 64
+MAX_STOP_CHARS = 1024
 
 
 def _bias_ok(bias: dict | None) -> bool:

@@ -48,6 +48,10 @@ IDLE_EXIT_S = 1.0
 CLOSE_JOIN_S = 60.0
 
 
+def _rid_hit(have: str, want: str, exact: bool) -> bool:
+    return bool(want) and (have == want if exact else have.startswith(want))
+
+
 def abort_reason() -> dict:
     """SGLang's `FINISH_ABORT().to_json()`: a client abort (abort_request, disconnect, closed stream)."""
     return {"type": "abort", "message": "Aborted", "status_code": None, "err_type": None}
@@ -178,12 +182,13 @@ class Scheduler:
             self._drain_inbox()
             self._fail_all(EngineClosed("the engine was shut down"))
 
-    def abort(self, rid: str, abort_all: bool = False) -> int:
+    def abort(self, rid: str, abort_all: bool = False, exact: bool = False) -> int:
         """Mark requests aborted: every live one with `abort_all`, else those whose rid starts with
         `rid` (SGLang's match, so one call stops a batch's `rid_0`, `rid_1`, ...). The loop releases
-        them at its next step boundary. Returns how many were marked."""
+        them at its next step boundary. Returns how many were marked. `exact`: only the request
+        whose rid is `rid` (internal aborts: a client leaving must never stop `rid`-prefixed ones)."""
         with self._live_lock:
-            hits = [r for r in self.live.values() if abort_all or (rid and r.rid.startswith(rid))]
+            hits = [r for r in self.live.values() if abort_all or _rid_hit(r.rid, rid, exact)]
         for req in hits:
             req.aborted = True
         if hits:

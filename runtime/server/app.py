@@ -12,6 +12,7 @@ from runtime.server.args import ServerArgs
 from runtime.server.control import control_router
 from runtime.server.debug import debug_router
 from runtime.server.errors import error_response, install_handlers
+from runtime.server.messages.errors import AnthropicErrorMiddleware
 from runtime.server.native import VERSION, native_router
 from runtime.server.openai_api import openai_router
 from runtime.server.state import ServerState
@@ -39,11 +40,16 @@ def create_app(engine: Engine, server_args: ServerArgs | None = None) -> FastAPI
     # request without a valid key is refused before a byte of its body is read.
     app.add_middleware(BodyLimitMiddleware, max_bytes=args.max_request_bytes)
     if args.api_key is not None:
-        app.add_middleware(ApiKeyMiddleware, api_key=args.api_key)
+        app.add_middleware(ApiKeyMiddleware, api_key=args.api_key, admin_key=args.admin_api_key)
+    if args.api_key is not None or args.admin_api_key is not None:
+        from runtime.server.auth import AdminGate
+
+        app.add_middleware(AdminGate, admin_key=args.admin_api_key)
     if args.trace_dir is not None:  # issue 19: X-Session-Id names a request's trace session
         from runtime.server.trace_dir import SessionHeaderMiddleware
 
         app.add_middleware(SessionHeaderMiddleware)
+    app.add_middleware(AnthropicErrorMiddleware)  # outermost: every /v1/messages error in its shape
     return app
 
 
@@ -104,9 +110,10 @@ async def _refuse(scope: Scope, receive: Receive, send: Send, status: int, messa
 class ApiKeyMiddleware:
     """`Authorization: Bearer KEY` on every path but /health; checked before the body is read."""
 
-    def __init__(self, app: ASGIApp, api_key: str) -> None:
+    def __init__(self, app: ASGIApp, api_key: str, admin_key: str | None = None) -> None:
         self.app = app
         self.key = api_key.encode()
+        self.admin_key = admin_key.encode() if admin_key is not None else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] in PUBLIC_PATHS or self._authorized(scope):
@@ -120,8 +127,16 @@ class ApiKeyMiddleware:
     def _authorized(self, scope: Scope) -> bool:
         """Exactly one Authorization header with the key: with two, proxies and this server could
         disagree on which one counts, so neither does."""
-        values = [v for name, v in scope.get("headers") or [] if name == b"authorization"]
-        if len(values) != 1:
+        headers = scope.get("headers") or []
+        values = [v for name, v in headers if name == b"authorization"]
+        keys = [v for name, v in headers if name == b"x-api-key"]  # Anthropic clients' header
+        if len(values) + len(keys) != 1:
             return False
+        if keys:
+            return hmac.compare_digest(keys[0].strip(), self.key)
         scheme, _, token = values[0].decode("latin-1").partition(" ")
-        return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), self.key)
+        if scheme.lower() != "bearer":
+            return False
+        given = token.strip().encode()
+        admin = self.admin_key is not None and hmac.compare_digest(given, self.admin_key)
+        return admin or hmac.compare_digest(given, self.key)

@@ -20,6 +20,8 @@ class ServerArgs:
     host: str = "127.0.0.1"
     port: int = 30000
     api_key: str | None = None
+    #: SGLang's --admin-api-key: needed for runtime/server/auth.py's ADMIN_PATHS
+    admin_api_key: str | None = None
     enable_metrics: bool = False
     require_cache_salt: bool = False
     #: serve GET /debug/integrity (runs the engine's integrity check; for tests and soak runs)
@@ -84,6 +86,7 @@ class ServerArgs:
             "host": self.host,
             "port": self.port,
             "api_key_set": self.api_key is not None,
+            "admin_api_key_set": self.admin_api_key is not None,
             "enable_metrics": self.enable_metrics,
             "require_cache_salt": self.require_cache_salt,
             "enable_debug_endpoints": self.enable_debug_endpoints,
@@ -149,6 +152,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--num-threads", type=int, default=None, help="torch CPU threads")
     p.add_argument("--max-queue", type=int, default=256, help="queued requests before 503")
     p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' (all but /health)")
+    p.add_argument(
+        "--admin-api-key",
+        default=None,
+        help="key for /update_weights_from_disk, /flush_cache, /abort_request (refused without it under --api-key)",
+    )
     p.add_argument(
         "--require-cache-salt", action="store_true", help="reject generation requests without cache_salt"
     )
@@ -321,6 +329,7 @@ def server_args(ns: argparse.Namespace) -> ServerArgs:
         host=ns.host,
         port=ns.port,
         api_key=ns.api_key,
+        admin_api_key=getattr(ns, "admin_api_key", None),
         enable_metrics=ns.enable_metrics,
         require_cache_salt=ns.require_cache_salt,
         enable_debug_endpoints=ns.enable_debug_endpoints,

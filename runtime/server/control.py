@@ -88,7 +88,7 @@ async def abort_on_disconnect(
     state: ServerState, request: Request, rid: str | list[str], work: Awaitable[T]
 ) -> T:
     """Await `work` (a non-streaming generation); if the client disconnects first, abort its engine
-    requests (prefix match on `rid`, as SGLang's disconnect path does) and let `work` return."""
+    requests (exact rid: never a prefix, which would reach other clients) and let `work` return."""
 
     async def watch() -> None:
         while True:
@@ -97,7 +97,8 @@ async def abort_on_disconnect(
                 break
         try:
             for one in [rid] if isinstance(rid, str) else rid:
-                await state.bridge.call(state.engine.abort_request, one)
+                # exact: rid `job` leaving must not stop another client's `job-1234`
+                await state.bridge.call(state.engine.abort_request, one, False, True)
         except Exception:  # the generation still ends (or fails) on its own; never mask it
             log.exception("abort after a client disconnect failed")
             return

@@ -24,6 +24,7 @@ from runtime.server import loads as loads_api
 from runtime.server.bridge import SSE_DONE, close_stream, sse, sse_error
 from runtime.server.control import abort_on_disconnect, internal_states, normalize_rid
 from runtime.server.errors import ApiError
+from runtime.server.redact import redact
 from runtime.server.schemas import (
     CloseSessionRequest,
     DetokenizeRequest,
@@ -82,19 +83,22 @@ def native_router(state: ServerState) -> APIRouter:
     async def server_info() -> dict[str, Any]:
         stats = await state.bridge.call(state.engine.get_cache_stats)
         config = _config_dict(state.engine)
-        return {
-            "version": VERSION,
-            **state.args.public_dict(),
-            **_router_fields(state, stats),
-            "kv_cache_dtype": stats.get("kv_cache_dtype"),
-            "attention_backend": stats.get("attention_backend"),
-            "enable_deterministic_inference": bool(config.get("enable_deterministic_inference", False)),
-            "engine_config": config,
-            "model_info": _model_info(state),
-            "cache_stats": stats,
-            "internal_states": internal_states(state, stats),
-            "kv_events": _kv_events(state.engine),
-        }
+        # credentials never leave (a tier URL's Redis password read another tenant's KV)
+        return redact(
+            {
+                "version": VERSION,
+                **state.args.public_dict(),
+                **_router_fields(state, stats),
+                "kv_cache_dtype": stats.get("kv_cache_dtype"),
+                "attention_backend": stats.get("attention_backend"),
+                "enable_deterministic_inference": bool(config.get("enable_deterministic_inference", False)),
+                "engine_config": config,
+                "model_info": _model_info(state),
+                "cache_stats": stats,
+                "internal_states": internal_states(state, stats),
+                "kv_events": _kv_events(state.engine),
+            }
+        )
 
     @r.get("/get_load")
     async def get_load() -> list[dict[str, Any]]:

@@ -21,6 +21,7 @@ from runtime.server import openai_logprobs as lp
 from runtime.server.bridge import SSE_DONE, close_stream, sse, sse_error
 from runtime.server.control import abort_on_disconnect, normalize_rid
 from runtime.server.errors import ApiError
+from runtime.server.messages.api import messages_router
 from runtime.server.openai_stream import close_merged, merge_streams
 from runtime.server.openai_usage import finish_of as _finish
 from runtime.server.openai_usage import usage
@@ -63,7 +64,7 @@ def openai_router(state: ServerState) -> APIRouter:
         messages = [_message_dict(i, m) for i, m in enumerate(req.messages)]
         template_kwargs = _template_kwargs(req.chat_template_kwargs)
         reasoning.check(req, template_kwargs)
-        plan = tools.plan(req)
+        plan = await tools.plan(req)
         # earlier turns as generated (runtime/server/reasoning_history.py): ids where they fix tokens
         prompt = await reasoning.prompt(messages, plan, template_kwargs, req.cache_salt)
         text = prompt.text
@@ -110,6 +111,7 @@ def openai_router(state: ServerState) -> APIRouter:
             raise ApiError(404, f"model {model!r} not found", "not_found_error")
         return _model_card(state)
 
+    r.include_router(messages_router(state, chat_completions, tools, reasoning))
     return r
 
 
@@ -145,6 +147,10 @@ def _check_single(req: _OpenAIBase, prompt: Any) -> None:
 TEMPLATE_CALL_ARGS = frozenset(
     {
         "conversation",
+        # variables the render itself sets (a 500 before: {"messages": []} replaced the conversation)
+        "messages",
+        "raise_exception",
+        "strftime_now",
         "tools",
         "documents",
         "chat_template",

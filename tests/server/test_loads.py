@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from datetime import datetime
 
 import httpx
@@ -84,19 +85,38 @@ def test_v1_loads_counts_a_running_request(server, engine) -> None:
         "sampling_params": {"max_new_tokens": 400, "temperature": 0, "ignore_eos": True},
         "stream": True,
     }
+    prompt: list[int] = []
+    done = threading.Event()
+
+    def consume() -> None:
+        try:
+            with httpx.stream("POST", f"{server.url}/generate", json=body, timeout=120) as r:
+                for line in r.iter_lines():
+                    if line.startswith("data: {") and not prompt:
+                        prompt.append(json.loads(line[6:])["meta_info"]["prompt_tokens"])
+        finally:
+            done.set()
+
+    reader = threading.Thread(target=consume, daemon=True)
+    reader.start()
+    # poll while the stream runs: one read right after the first chunk can land after a fast CPU
+    # finished all 400 tokens, so the test looks for a snapshot taken while it was running
+    running = None
     try:
-        with httpx.stream("POST", f"{server.url}/generate", json=body, timeout=60) as r:
-            assert r.status_code == 200
-            line = next(line for line in r.iter_lines() if line.startswith("data: {"))
-            prompt_tokens = json.loads(line[6:])["meta_info"]["prompt_tokens"]
+        while not done.is_set() and running is None:
             load = _loads(server).json()["loads"][0]
+            if load["num_running_reqs"] == 1 and prompt:
+                running = load
     finally:
+        reader.join(timeout=120)
         wait_idle(engine, timeout_s=120)
-    assert load["num_running_reqs"] == 1
+    assert running is not None, "no /v1/loads snapshot saw the streaming request running"
     # the running request pins at least its whole prompt (its cached prefix is locked in the tree)
-    assert load["num_used_tokens"] >= prompt_tokens
-    assert load["token_usage"] == round(load["num_used_tokens"] / load["max_total_num_tokens"], 4) > 0
-    assert load["num_total_tokens"] >= load["num_used_tokens"]
+    assert running["num_used_tokens"] >= prompt[0]
+    assert (
+        running["token_usage"] == round(running["num_used_tokens"] / running["max_total_num_tokens"], 4) > 0
+    )
+    assert running["num_total_tokens"] >= running["num_used_tokens"]
 
 
 def test_v1_loads_include_sections(server) -> None:

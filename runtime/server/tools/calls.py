@@ -12,13 +12,15 @@
 
 from __future__ import annotations
 
-import json
+import asyncio
 import uuid
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from runtime.engine import grammar_guard
+from runtime.errors import GrammarError
 from runtime.server.errors import ApiError, format_validation_errors
 from runtime.server.tools import grammar as tool_grammar
 from runtime.server.tools.formats import Parsed, RawCall, ToolFormat
@@ -103,38 +105,40 @@ def _grammar_params(params: dict[str, Any]) -> dict[str, Any]:
     return params
 
 
-def _check_parameters(index: int, params: dict[str, Any]) -> None:
-    import llguidance
-
-    where = f"tools.{index}.function.parameters"
-    if params.get("type", "object") != "object":
-        raise ApiError(400, f"{where}: must be a JSON schema of type 'object'")
-    try:
-        json.dumps(params, sort_keys=True)  # the grammar re-serializes it: too deep fails here, as a 400
-        grammar = llguidance.LLMatcher.grammar_from_json_schema(_grammar_params(params))
-        error = llguidance.LLMatcher.validate_grammar(grammar)
-    except (ValueError, TypeError, RecursionError) as exc:
-        error = str(exc) or type(exc).__name__
-    if error:
-        raise ApiError(400, f"{where}: not a JSON schema this server can enforce: {error}")
-
-
 def _tools(raw: list[dict[str, Any]]) -> tuple[Tool, ...]:
+    """The request's tools, each schema bounded (grammar_guard) and compiled once to prove the
+    grammar can enforce it: a 400 naming the tool otherwise. Runs off the event loop (`aplan`)."""
+    if len(raw) > grammar_guard.MAX_TOOLS:  # before validating 25,000 definitions one by one
+        raise ApiError(400, f"tools: {len(raw):,} tools; the limit is {grammar_guard.MAX_TOOLS}")
+    specs = [_tool_def(i, item) for i, item in enumerate(raw)]
+    params = [fn.parameters if fn.parameters is not None else _EMPTY_PARAMS for fn in specs]
+    for i, p in enumerate(params):
+        if not isinstance(p, dict) or p.get("type", "object") != "object":
+            raise ApiError(400, f"tools.{i}.function.parameters: must be a JSON schema of type 'object'")
+    try:
+        texts = grammar_guard.check_tool_schemas([_grammar_params(p) for p in params])
+    except GrammarError as exc:
+        raise ApiError(400, str(exc)) from exc
     tools: list[Tool] = []
-    for i, item in enumerate(raw):
-        try:
-            spec = _ToolDef.model_validate(item)
-        except ValidationError as exc:
+    for i, (fn, p, text) in enumerate(zip(specs, params, texts, strict=True)):
+        error = grammar_guard.schema_error(text)
+        if error:
             raise ApiError(
-                400, f"tools.{i}: {format_validation_errors([dict(e) for e in exc.errors()])}"
-            ) from exc
-        fn = spec.function
-        params = fn.parameters if fn.parameters is not None else _EMPTY_PARAMS
-        _check_parameters(i, params)
+                400, f"tools.{i}.function.parameters: not a JSON schema this server can enforce: {error}"
+            )
         if any(t.name == fn.name for t in tools):
             raise ApiError(400, f"tools.{i}.function.name: {fn.name!r} is defined twice")
-        tools.append(Tool(fn.name, fn.description, params))
+        tools.append(Tool(fn.name, fn.description, p))
     return tuple(tools)
+
+
+def _tool_def(index: int, item: dict[str, Any]) -> _FunctionDef:
+    try:
+        return _ToolDef.model_validate(item).function
+    except ValidationError as exc:
+        raise ApiError(
+            400, f"tools.{index}: {format_validation_errors([dict(e) for e in exc.errors()])}"
+        ) from exc
 
 
 def _choice(raw: str | dict[str, Any] | None, tools: tuple[Tool, ...]) -> tuple[Choice, str | None]:
@@ -172,6 +176,17 @@ def plan(
     if not defs:
         return None
     return ToolPlan(defs, choice, forced, parallel_tool_calls is not False, fmt)
+
+
+async def aplan(
+    tools: list[dict[str, Any]] | None,
+    tool_choice: str | dict[str, Any] | None,
+    parallel_tool_calls: bool | None,
+    fmt: ToolFormat,
+) -> ToolPlan | None:
+    """`plan` in a worker thread: compiling a request's schemas must never hold the event loop
+    (25,000 small tools once blocked /health for 45 s)."""
+    return await asyncio.to_thread(plan, tools, tool_choice, parallel_tool_calls, fmt)
 
 
 def new_call_id() -> str:

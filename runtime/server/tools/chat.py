@@ -13,7 +13,7 @@ from runtime.server.openai_usage import finish_of, usage
 from runtime.server.reasoning import REASONING, ReasoningStream
 from runtime.server.schemas import ChatCompletionRequest
 from runtime.server.state import ServerState
-from runtime.server.tools.calls import ToolPlan, new_call_id, openai_calls, plan, split_output
+from runtime.server.tools.calls import ToolPlan, aplan, new_call_id, openai_calls, split_output
 from runtime.server.tools.formats import DEFAULT_FORMAT, FORMATS
 from runtime.server.tools.prompt import (
     CallMemo,
@@ -32,9 +32,9 @@ class ToolCalling:
         self.fmt = FORMATS[getattr(state.args, "tool_call_parser", DEFAULT_FORMAT)]
         self.memo = CallMemo()
 
-    def plan(self, req: ChatCompletionRequest) -> ToolPlan | None:
+    async def plan(self, req: ChatCompletionRequest) -> ToolPlan | None:
         """The request's tool plan (400 on bad tools / choice / combinations), None without tools."""
-        p = plan(req.tools, req.tool_choice, req.parallel_tool_calls, self.fmt)
+        p = await aplan(req.tools, req.tool_choice, req.parallel_tool_calls, self.fmt)
         if p is not None and p.may_call:
             for name in ("regex", "json_schema", "ebnf"):
                 if getattr(req, name) is not None:

@@ -1,0 +1,1 @@
+"""Agent workloads driven through each API door (OpenAI chat, Responses, Anthropic Messages)."""
