@@ -50,6 +50,8 @@ class ServerArgs:
     trace_dir: str | None = None
     #: a trace file is rotated past this size
     trace_max_bytes: int = 16 * 2**20
+    #: stored responses (previous_response_id, GET /v1/responses/{id}) are bounded to this many MiB
+    responses_store_max_mb: int = 256
     #: reported as meta_info.worker_id (`radixagent cluster` names each worker: routing misses)
     worker_id: str | None = None
 
@@ -62,6 +64,8 @@ class ServerArgs:
             raise ValueError("api_key must not be empty (omit it to disable auth)")
         if self.max_request_bytes < 1024:
             raise ValueError("max_request_bytes must be >= 1024")
+        if self.responses_store_max_mb < 1:
+            raise ValueError("responses_store_max_mb must be >= 1")
         if self.max_threads < 1:
             raise ValueError("max_threads must be >= 1")
         from runtime.server.tools.formats import FORMATS
@@ -101,6 +105,7 @@ class ServerArgs:
             "timeout_keep_alive": self.timeout_keep_alive,
             "limit_concurrency": self.limit_concurrency,
             "trace_dir_set": self.trace_dir is not None,
+            "responses_store_max_mb": self.responses_store_max_mb,
         }
 
 
@@ -219,6 +224,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=64 * 1024,
         help="bytes of request line and headers buffered before a 400",
+    )
+    p.add_argument(
+        "--responses-store-max-mb",
+        type=int,
+        default=256,
+        help="memory for stored responses (previous_response_id, GET /v1/responses/{id}); the least "
+        "recently used are dropped past it (default: %(default)s)",
     )
     p.add_argument(
         "--trace-dir",
@@ -346,5 +358,6 @@ def server_args(ns: argparse.Namespace) -> ServerArgs:
         h11_max_incomplete_event_size=ns.h11_max_incomplete_event_size,
         trace_dir=ns.trace_dir,
         trace_max_bytes=ns.trace_max_bytes,
+        responses_store_max_mb=ns.responses_store_max_mb,
         worker_id=ns.worker_id,
     )

@@ -27,6 +27,7 @@ from runtime.server.openai_usage import finish_of as _finish
 from runtime.server.openai_usage import usage
 from runtime.server.reasoning import REASONING, ReasoningStream
 from runtime.server.reasoning_chat import ReasoningChat
+from runtime.server.responses.api import responses_router
 from runtime.server.schemas import ChatCompletionRequest, ChatMessage, CompletionRequest, _OpenAIBase
 from runtime.server.state import ServerState
 from runtime.server.tools.chat import ToolCalling
@@ -112,6 +113,7 @@ def openai_router(state: ServerState) -> APIRouter:
         return _model_card(state)
 
     r.include_router(messages_router(state, chat_completions, tools, reasoning))
+    r.include_router(responses_router(state, chat_completions))
     return r
 
 

@@ -6,7 +6,8 @@ from runtime.server.responses.store import ResponseStore, StoreConfig, StoredRes
 
 
 def _item(n: int) -> StoredResponse:
-    return StoredResponse(tokens=tuple(range(n)), body={"id": "r"}, input_items=())
+    history = tuple({"type": "message", "role": "user", "content": "x"} for _ in range(n))
+    return StoredResponse(history=history, body={"id": "r", "output": []}, input_items=(), chain="c")
 
 
 def test_other_tenant_sees_nothing() -> None:

@@ -1,18 +1,18 @@
-"""Stored responses: each stored response's exact token history, per tenant, LRU-bounded.
+"""Stored responses: each stored response's context items, per tenant, LRU-bounded.
 
-`previous_response_id` continues from these token ids (never re-rendered text), so a chain cannot
-drift. Keys are (tenant, id): another tenant's id is simply absent, exactly like an unknown one.
-Bounded by count and by bytes (`--responses-store-max-mb`, not wired yet); oldest use goes first.
+`previous_response_id` continues from the stored items: the earlier output exactly as generated
+(text, call ids and arguments), so the chat path re-renders the earlier turns to the same tokens and
+the chain's prefix stays cached. Keys are (tenant, id): another tenant's id is simply absent, exactly
+like an unknown one. Bounded by count and by bytes (`--responses-store-max-mb`); the least recently
+used goes first.
 """
 
 from __future__ import annotations
 
+import json
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
-
-#: bytes one stored token id is counted as (an int in an array of int32)
-_TOKEN_BYTES = 4
 
 
 @dataclass(frozen=True)
@@ -23,15 +23,22 @@ class StoreConfig:
 
 @dataclass(frozen=True)
 class StoredResponse:
-    """One stored response: its full token history (prompt + output) and its JSON body."""
+    """One stored response: the items before it (`history`, earlier turns of its chain and its own
+    input), its JSON body, its own input items (GET .../input_items) and its chain's session name."""
 
-    tokens: tuple[int, ...]
+    history: tuple[dict[str, Any], ...]
     body: dict[str, Any]
     input_items: tuple[dict[str, Any], ...]
+    chain: str
+    size: int = field(init=False)
 
-    @property
-    def size(self) -> int:
-        return len(self.tokens) * _TOKEN_BYTES + len(repr(self.body)) + len(repr(self.input_items))
+    def __post_init__(self) -> None:
+        parts = (list(self.history), self.body, list(self.input_items))
+        object.__setattr__(self, "size", sum(len(json.dumps(p)) for p in parts))
+
+    def context(self) -> list[dict[str, Any]]:
+        """What a response continuing this one starts from: history, then this output."""
+        return [*self.history, *self.body["output"]]
 
 
 class ResponseStore:

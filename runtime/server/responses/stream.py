@@ -1,6 +1,6 @@
 """The Responses API's streaming event sequence, numbered (`sequence_number`).
 
-Pure builder: the route feeds it text and tool-call argument deltas and gets the events to send.
+Pure builder: the route feeds it (`replay`: a finished response) text and tool-call argument deltas and gets the events to send.
 Every opened item is closed with `response.output_item.done`, also a function call cut off by
 `max_output_tokens` (then with status "incomplete"), so clients never wait on a dangling item.
 """
@@ -59,6 +59,15 @@ class EventSequence:
         events.append(self._delta_event("response.function_call_arguments.delta", delta))
         return events
 
+    def whole_item(self, item: dict[str, Any]) -> list[Event]:
+        """An item sent finished (a reasoning item split out after generation): added, then done."""
+        events = self._close("completed")
+        index = len(self._items)
+        self._items.append(item)
+        events.append(self._event("response.output_item.added", output_index=index, item=item))
+        events.append(self._event("response.output_item.done", output_index=index, item=item))
+        return events
+
     def finish(self, status: str, usage: dict[str, Any], details: Any = None) -> list[Event]:
         events = self._close("completed" if status == "completed" else "incomplete")
         final = dict(self.response, status=status, output=list(self._items), usage=usage)
@@ -108,3 +117,20 @@ class EventSequence:
         ids = {"item_id": self._open.item["id"], "output_index": self._open.index}
         extra = {"content_index": 0} if kind.endswith("output_text.delta") else {}
         return self._event(kind, delta=delta, **ids, **extra)
+
+
+def replay(response: dict[str, Any]) -> list[Event]:
+    """The event sequence of a finished response, ending with the response itself, as stored."""
+    head = {k: v for k, v in response.items() if k not in ("output", "usage", "status")}
+    seq = EventSequence(head)
+    events = seq.start()
+    for item in response["output"]:
+        if item["type"] == "message":
+            events += seq.text_delta(item["content"][0]["text"], item["id"])
+        elif item["type"] == "function_call":
+            events += seq.call_delta(item["arguments"], item["id"], item["call_id"], item["name"])
+        else:
+            events += seq.whole_item(item)
+    events += seq.finish(response["status"], response["usage"], response["incomplete_details"])
+    events[-1]["response"] = response
+    return events

@@ -35,6 +35,7 @@ def _item_message(item: dict[str, Any], i: int, messages: list[dict[str, Any]]) 
         role = item.get("role")
         if role not in ("user", "assistant", "system", "developer"):
             raise ValueError(f"{where}: role {role!r} is not supported")
+        role = "system" if role == "developer" else role  # chat templates know no developer role
         messages.append({"role": role, "content": _text(item.get("content", ""), where)})
     elif kind == "function_call":
         call = {"id": item["call_id"], "type": "function"}
@@ -53,14 +54,19 @@ def _item_message(item: dict[str, Any], i: int, messages: list[dict[str, Any]]) 
         raise ValueError(f"{where}: item type {kind!r} is not supported here")
 
 
-def to_messages(req: ResponsesRequest) -> list[dict[str, Any]]:
+def input_items(req: ResponsesRequest) -> list[dict[str, Any]]:
+    """`input` as a list of items (a string is one user message)."""
+    if isinstance(req.input, str):
+        return [{"type": "message", "role": "user", "content": req.input}]
+    return list(req.input)
+
+
+def to_messages(req: ResponsesRequest, context: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """instructions, then the stored chain's items (`context`), then this request's input."""
     messages: list[dict[str, Any]] = []
     if req.instructions:
         messages.append({"role": "system", "content": req.instructions})
-    if isinstance(req.input, str):
-        messages.append({"role": "user", "content": req.input})
-        return messages
-    for i, item in enumerate(req.input):
+    for i, item in enumerate([*(context or []), *input_items(req)]):
         _item_message(item, i, messages)
     return messages
 
@@ -93,10 +99,11 @@ def _response_format(text: dict[str, Any] | None) -> dict[str, Any] | None:
     raise ValueError(f"text.format: type {fmt.get('type')!r} is not supported")
 
 
-def to_chat_body(req: ResponsesRequest) -> dict[str, Any]:
-    """The chat-completions body equivalent to `req` (our extras passed on as on chat)."""
+def to_chat_body(req: ResponsesRequest, context: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The chat-completions body equivalent to `req` after `context` (our extras passed on as on
+    chat)."""
     body: dict[str, Any] = {
-        "messages": to_messages(req),
+        "messages": to_messages(req, context),
         "tools": _tools(req),
         "tool_choice": _tool_choice(req.tool_choice),
         "parallel_tool_calls": req.parallel_tool_calls,

@@ -1,0 +1,153 @@
+"""Routes: POST /v1/responses, GET/DELETE /v1/responses/{id}, GET /v1/responses/{id}/input_items.
+
+A response is served through the chat path (same templates, tool grammar, reasoning parser and
+cache); `previous_response_id` continues from the stored items of the chain (store.py), and the
+chain is the trace session (`prompt_cache_key`, unless the client names one).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, Literal
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from runtime.errors import PromptTooLong
+from runtime.server.errors import ApiError
+from runtime.server.responses import shape
+from runtime.server.responses.models import ResponsesRequest
+from runtime.server.responses.store import ResponseStore, StoreConfig, StoredResponse
+from runtime.server.responses.stream import replay
+from runtime.server.responses.translate import input_items, to_chat_body
+from runtime.server.schemas import ChatCompletionRequest
+from runtime.server.state import ServerState
+
+Chat = Callable[[ChatCompletionRequest, Request], Awaitable[Response]]
+
+#: `include` values this server can honour: none yet (logprobs and encrypted reasoning are not kept)
+INCLUDABLE: frozenset[str] = frozenset()
+_TEXT_KEYS = {"format"}
+
+
+def _tenant(request: Request, salt: str | None) -> str:
+    """Whose stored responses these are: the caller's key and cache_salt together."""
+    key = request.headers.get("authorization") or request.headers.get("x-api-key") or ""
+    return hashlib.sha256(f"{key}\0{salt or ''}".encode()).hexdigest()
+
+
+def _check(req: ResponsesRequest) -> None:
+    """What the model accepts but this server cannot honour: a 400 naming it."""
+    bad = sorted(set(req.include or []) - INCLUDABLE)
+    if bad:
+        raise ApiError(400, f"include: {bad} cannot be returned by this server (supported: none)")
+    extra = sorted(set(req.text or {}) - _TEXT_KEYS)
+    if extra:
+        raise ApiError(400, f"text: {extra} not supported (only text.format)")
+
+
+def _prior(store: ResponseStore, tenant: str, req: ResponsesRequest) -> StoredResponse | None:
+    if req.previous_response_id is None:
+        return None
+    prior = store.get(tenant, req.previous_response_id)
+    if prior is None:
+        raise ApiError(
+            404, f"previous_response_id: response {req.previous_response_id!r} not found", "not_found_error"
+        )
+    return prior
+
+
+def _chat_request(
+    req: ResponsesRequest, context: list[dict[str, Any]], session: str
+) -> ChatCompletionRequest:
+    try:
+        body = to_chat_body(req, context)
+        body["prompt_cache_key"] = session
+        for name in ("cache_salt", "session_id"):
+            if getattr(req, name) is not None:
+                body[name] = getattr(req, name)
+        return ChatCompletionRequest.model_validate(body)
+    except KeyError as exc:  # an item without a field its type needs (call_id, name, ...)
+        raise ApiError(400, f"input: an item lacks the field {exc.args[0]!r}") from None
+    except (ValueError, TypeError) as exc:
+        raise ApiError(400, str(exc)) from None
+
+
+async def _run(
+    chat: Chat, req: ResponsesRequest, context: list[dict[str, Any]], session: str, request: Request
+) -> dict[str, Any]:
+    """The chat completion for `req`; with truncation "auto", the oldest context items are dropped
+    until the prompt fits (OpenAI's rule), the instructions and this request's input never."""
+    while True:
+        try:
+            resp = await chat(_chat_request(req, context, session), request)
+            return dict(json.loads(bytes(resp.body)))
+        except PromptTooLong:
+            if req.truncation != "auto" or not context:
+                raise
+            context = context[1:]
+
+
+async def _sse(events: list[dict[str, Any]]) -> AsyncIterator[bytes]:
+    for event in events:
+        yield f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode()
+
+
+def responses_router(state: ServerState, chat: Chat) -> APIRouter:
+    r = APIRouter()
+    store = ResponseStore(StoreConfig(max_bytes=state.args.responses_store_max_mb * 2**20))
+
+    @r.post("/v1/responses")
+    async def create(req: ResponsesRequest, request: Request) -> Response:
+        _check(req)
+        tenant = _tenant(request, req.cache_salt)
+        prior = _prior(store, tenant, req)
+        context = prior.context() if prior is not None else []
+        rid = shape.new_id("resp")
+        session = req.prompt_cache_key or (prior.chain if prior is not None else rid)
+        body = await _run(chat, req, context, session, request)
+        response = shape.response(rid, req, req.model or state.model_name, body)
+        if req.store:
+            items = tuple(input_items(req))
+            store.put(tenant, rid, StoredResponse((*context, *items), response, items, session))
+        if req.stream:
+            return StreamingResponse(_sse(replay(response)), media_type="text/event-stream")
+        return JSONResponse(response)
+
+    def _stored(rid: str, request: Request) -> StoredResponse:
+        item = store.get(_tenant(request, request.query_params.get("cache_salt")), rid)
+        if item is None:
+            raise ApiError(404, f"response {rid!r} not found", "not_found_error")
+        return item
+
+    @r.get("/v1/responses/{rid}")
+    async def get(rid: str, request: Request) -> dict[str, Any]:
+        return _stored(rid, request).body
+
+    @r.delete("/v1/responses/{rid}")
+    async def delete(rid: str, request: Request) -> dict[str, Any]:
+        _stored(rid, request)
+        store.delete(_tenant(request, request.query_params.get("cache_salt")), rid)
+        return {"id": rid, "object": "response.deleted", "deleted": True}
+
+    @r.get("/v1/responses/{rid}/input_items")
+    async def items(
+        rid: str,
+        request: Request,
+        order: Literal["asc", "desc"] = "desc",
+        limit: int = Query(20, ge=1, le=100),
+    ) -> dict[str, Any]:
+        stored = _stored(rid, request).input_items
+        data = [dict(item, id=item.get("id") or f"item_{rid[5:]}_{i}") for i, item in enumerate(stored)]
+        data = (data[::-1] if order == "desc" else data)[:limit]
+        return {
+            "object": "list",
+            "data": data,
+            "first_id": data[0]["id"] if data else None,
+            "last_id": data[-1]["id"] if data else None,
+            "has_more": len(stored) > limit,
+        }
+
+    return r
