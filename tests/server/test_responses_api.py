@@ -121,6 +121,10 @@ def test_stream_event_sequence(client: openai.OpenAI) -> None:
     final = events[-1].response
     text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
     assert text == final.output_text and final.usage is not None
+    # streamed responses are stored as the non-streamed ones are, and decode the same (greedy)
+    assert client.responses.retrieve(final.id).output_text == final.output_text
+    plain = client.responses.create(model=MODEL, input="Say hi.", max_output_tokens=8, temperature=0)
+    assert plain.output_text == final.output_text
 
 
 def test_stream_function_call_events(client: openai.OpenAI) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
 from fastapi import APIRouter, Query, Request
@@ -17,12 +17,11 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from runtime.errors import PromptTooLong
 from runtime.server.errors import ApiError
-from runtime.server.responses import shape
+from runtime.server.responses import live, shape
 from runtime.server.responses.models import ResponsesRequest
 from runtime.server.responses.store import ResponseStore, StoreConfig, StoredResponse
-from runtime.server.responses.stream import replay
 from runtime.server.responses.translate import input_items, to_chat_body
-from runtime.server.schemas import ChatCompletionRequest
+from runtime.server.schemas import ChatCompletionRequest, StreamOptions
 from runtime.server.state import ServerState
 
 Chat = Callable[[ChatCompletionRequest, Request], Awaitable[Response]]
@@ -77,22 +76,21 @@ def _chat_request(
 
 async def _run(
     chat: Chat, req: ResponsesRequest, context: list[dict[str, Any]], session: str, request: Request
-) -> dict[str, Any]:
-    """The chat completion for `req`; with truncation "auto", the oldest context items are dropped
-    until the prompt fits (OpenAI's rule), the instructions and this request's input never."""
+) -> Response:
+    """The chat route's answer for `req` (streamed when `req.stream`, with usage at the end); with
+    truncation "auto", the oldest context items are dropped until the prompt fits (OpenAI's rule),
+    never the instructions or this request's input."""
     while True:
+        creq = _chat_request(req, context, session)
+        if req.stream:
+            creq.stream = True
+            creq.stream_options = StreamOptions(include_usage=True)
         try:
-            resp = await chat(_chat_request(req, context, session), request)
-            return dict(json.loads(bytes(resp.body)))
+            return await chat(creq, request)
         except PromptTooLong:
             if req.truncation != "auto" or not context:
                 raise
             context = context[1:]
-
-
-async def _sse(events: list[dict[str, Any]]) -> AsyncIterator[bytes]:
-    for event in events:
-        yield f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode()
 
 
 def responses_router(state: ServerState, chat: Chat) -> APIRouter:
@@ -107,13 +105,19 @@ def responses_router(state: ServerState, chat: Chat) -> APIRouter:
         context = prior.context() if prior is not None else []
         rid = shape.new_id("resp")
         session = req.prompt_cache_key or (prior.chain if prior is not None else rid)
-        body = await _run(chat, req, context, session, request)
-        response = shape.response(rid, req, req.model or state.model_name, body)
-        if req.store:
-            items = tuple(input_items(req))
-            store.put(tenant, rid, StoredResponse((*context, *items), response, items, session))
-        if req.stream:
-            return StreamingResponse(_sse(replay(response)), media_type="text/event-stream")
+        items = tuple(input_items(req))
+
+        def keep(response: dict[str, Any]) -> None:
+            if req.store:
+                store.put(tenant, rid, StoredResponse((*context, *items), response, items, session))
+
+        answer = await _run(chat, req, context, session, request)
+        model = req.model or state.model_name
+        if isinstance(answer, StreamingResponse):
+            stream = live.events(answer.body_iterator, shape.head(rid, req, model), keep)
+            return StreamingResponse(stream, media_type="text/event-stream")
+        response = shape.response(rid, req, model, json.loads(bytes(answer.body)))
+        keep(response)
         return JSONResponse(response)
 
     def _stored(rid: str, request: Request) -> StoredResponse:

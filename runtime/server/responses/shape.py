@@ -65,22 +65,16 @@ def _tool_echo(req: ResponsesRequest) -> list[dict[str, Any]]:
     return [t.model_dump() for t in req.tools or []]
 
 
-def response(rid: str, req: ResponsesRequest, model: str, chat: dict[str, Any]) -> dict[str, Any]:
-    """The response object for one finished chat completion; `length` is status incomplete."""
-    choice = chat["choices"][0]
-    cut = choice["finish_reason"] == "length"
-    status = "incomplete" if cut else "completed"
+def head(rid: str, req: ResponsesRequest, model: str) -> dict[str, Any]:
+    """The response object's fields that do not depend on the output (its request echoed)."""
     return {
         "id": rid,
         "object": "response",
         "created_at": int(time.time()),
-        "status": status,
         "error": None,
-        "incomplete_details": {"reason": "max_output_tokens"} if cut else None,
         "instructions": req.instructions,
         "max_output_tokens": req.max_output_tokens,
         "model": model,
-        "output": output_items(choice["message"], status),
         "parallel_tool_calls": req.parallel_tool_calls is not False,
         "previous_response_id": req.previous_response_id,
         "reasoning": {"effort": None, "summary": None},
@@ -91,8 +85,24 @@ def response(rid: str, req: ResponsesRequest, model: str, chat: dict[str, Any]) 
         "tools": _tool_echo(req),
         "top_p": req.top_p,
         "truncation": req.truncation or "disabled",
-        "usage": usage(chat["usage"]),
         "user": req.user,
         "metadata": req.metadata or {},
         "prompt_cache_key": req.prompt_cache_key,
     }
+
+
+def status_of(finish_reason: str | None) -> tuple[str, dict[str, Any] | None]:
+    """(status, incomplete_details) for a chat finish_reason: `length` is cut off."""
+    if finish_reason == "length":
+        return "incomplete", {"reason": "max_output_tokens"}
+    return "completed", None
+
+
+def response(rid: str, req: ResponsesRequest, model: str, chat: dict[str, Any]) -> dict[str, Any]:
+    """The response object for one finished chat completion."""
+    choice = chat["choices"][0]
+    status, details = status_of(choice["finish_reason"])
+    out = head(rid, req, model)
+    out.update(status=status, incomplete_details=details, usage=usage(chat["usage"]))
+    out["output"] = output_items(choice["message"], status)
+    return out

@@ -55,8 +55,24 @@ class EventSequence:
         item = {"type": "function_call", "id": item_id, "call_id": call_id, "name": name}
         events = self._ensure_open(item)
         assert self._open is not None
+        if delta:  # a call's first chunk names it and may carry no arguments yet
+            self._open.text.append(delta)
+            events.append(self._delta_event("response.function_call_arguments.delta", delta))
+        return events
+
+    def reasoning_delta(self, delta: str, item_id: str) -> list[Event]:
+        events = self._ensure_open({"type": "reasoning", "id": item_id, "summary": []})
+        assert self._open is not None
         self._open.text.append(delta)
-        events.append(self._delta_event("response.function_call_arguments.delta", delta))
+        events.append(self._delta_event("response.reasoning_text.delta", delta))
+        return events
+
+    def failed(self, message: str) -> list[Event]:
+        """An in-band error after the stream began: `error`, then `response.failed`."""
+        events = [self._event("error", code="server_error", message=message, param=None)]
+        final = dict(self.response, status="failed", output=list(self._items), usage=None)
+        final["error"] = {"code": "server_error", "message": message}
+        events.append(self._event("response.failed", response=final))
         return events
 
     def whole_item(self, item: dict[str, Any]) -> list[Event]:
@@ -84,6 +100,8 @@ class EventSequence:
         added = dict(item, status="in_progress")
         if item["type"] == "function_call":
             added["arguments"] = ""
+        if item["type"] == "reasoning":
+            added.pop("status")
         events.append(self._event("response.output_item.added", output_index=self._open.index, item=added))
         return events
 
@@ -96,6 +114,9 @@ class EventSequence:
         if cur.item["type"] == "function_call":
             done = dict(cur.item, arguments=text, status=status)
             events = [self._event("response.function_call_arguments.done", arguments=text, **ids)]
+        elif cur.item["type"] == "reasoning":
+            done = dict(cur.item, content=[{"type": "reasoning_text", "text": text}])
+            events = [self._event("response.reasoning_text.done", content_index=0, text=text, **ids)]
         else:
             part = {"type": "output_text", "text": text, "annotations": []}
             done = dict(cur.item, content=[part], status=status)
@@ -115,7 +136,7 @@ class EventSequence:
     def _delta_event(self, kind: str, delta: str) -> Event:
         assert self._open is not None
         ids = {"item_id": self._open.item["id"], "output_index": self._open.index}
-        extra = {"content_index": 0} if kind.endswith("output_text.delta") else {}
+        extra = {"content_index": 0} if not kind.startswith("response.function_call") else {}
         return self._event(kind, delta=delta, **ids, **extra)
 
 
