@@ -61,10 +61,33 @@ def run_anthropic_agent(
     base_url: str, turns: int = 6, api_key: str = "unused", model: str = "default", max_tokens: int = 64
 ) -> list[dict[str, Any]]:
     """Per-call cache rows of a `turns`-call tool agent through the anthropic client (see module doc)."""
+    return anthropic_transcript(base_url, turns, api_key, model, max_tokens)[0]
+
+
+def last_request(
+    messages: list[dict[str, Any]], model: str = "default", max_tokens: int = 64
+) -> dict[str, Any]:
+    """The body of the conversation's last call (for a TTFT replay), as the client sent it."""
+    return {
+        "model": model,
+        "max_tokens": max_tokens,
+        "system": SYSTEM,
+        "messages": messages,
+        "tools": TOOLS,
+        "tool_choice": {"type": "none"},
+        "temperature": 0,
+    }
+
+
+def anthropic_transcript(
+    base_url: str, turns: int = 6, api_key: str = "unused", model: str = "default", max_tokens: int = 64
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(rows, the messages the last call was sent)."""
     client = anthropic.Anthropic(base_url=base_url, api_key=api_key, max_retries=0, timeout=600)
     messages: list[dict[str, Any]] = [{"role": "user", "content": QUESTION}]
-    rows = []
+    rows, sent = [], messages
     for call in range(1, turns + 1):
+        sent = list(messages)
         choice = {"type": "none"} if call == turns else {"type": "any"}
         m = client.messages.create(  # type: ignore[call-overload]
             model=model,
@@ -83,4 +106,4 @@ def run_anthropic_agent(
         if not results:
             break
         messages.append({"role": "user", "content": results})
-    return rows
+    return rows, sent

@@ -418,7 +418,10 @@ class _Call:
         if not pieces and count:
             events.append(sse(self._with_usage(self._chunk(chat, i, "", None, logprobs=entries), meta)))
         if meta.get("finish_reason") is not None:
-            events.append(sse(self._with_usage(self._chunk(chat, i, "", _finish(meta)[0]), meta)))
+            reason, matched = _finish(meta)
+            last = self._chunk(chat, i, "", reason)
+            last["choices"][0]["matched_stop"] = matched  # SGLang's stream choice field
+            events.append(sse(self._with_usage(last, meta)))
         return events
 
     @staticmethod

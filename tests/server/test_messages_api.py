@@ -222,3 +222,29 @@ def test_six_call_anthropic_agent_door_reads_earlier_turns_from_cache(server: An
     assert len(rows) == 6
     for prev, row in zip(rows, rows[1:], strict=False):
         assert row["cached_tokens"] >= 0.9 * prev["prompt_tokens"]
+
+
+def test_stream_is_live_and_matches_the_plain_answer(client: anthropic.Anthropic) -> None:
+    """Streamed as the tokens come: message_start carries the prompt's tokens, the final message
+    equals the non-streamed one (greedy), and a stop sequence is reported in the stream too."""
+    kwargs: dict[str, Any] = {
+        "model": MODEL,
+        "max_tokens": 24,
+        "messages": _ask("Count: 1, 2, 3, 4, 5, 6"),
+        "extra_body": {"top_k": 1},
+    }
+    plain = client.messages.create(**kwargs)
+    events = list(client.messages.create(stream=True, **kwargs))
+    start = events[0].message.usage  # type: ignore[union-attr]
+    assert start.input_tokens + (start.cache_read_input_tokens or 0) == plain.usage.input_tokens + (
+        plain.usage.cache_read_input_tokens or 0
+    )
+    text = "".join(
+        e.delta.text for e in events if e.type == "content_block_delta" and e.delta.type == "text_delta"
+    )  # type: ignore[union-attr]
+    assert text == plain.content[0].text  # type: ignore[union-attr]
+    stop = client.messages.create(stream=True, stop_sequences=[","], **kwargs)
+    deltas = [e for e in stop if e.type == "message_delta"]
+    assert deltas and deltas[0].delta.stop_reason in ("stop_sequence", "end_turn", "max_tokens")
+    if deltas[0].delta.stop_reason == "stop_sequence":
+        assert deltas[0].delta.stop_sequence == ","

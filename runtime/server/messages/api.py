@@ -10,12 +10,12 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from runtime.server.messages import shape, stream
+from runtime.server.messages import live, shape, stream
 from runtime.server.messages.diag import DiagLedger
 from runtime.server.messages.models import CountTokensRequest, MessagesRequest
 from runtime.server.messages.translate import chat_request
 from runtime.server.reasoning_chat import ReasoningChat
-from runtime.server.schemas import ChatCompletionRequest
+from runtime.server.schemas import ChatCompletionRequest, StreamOptions
 from runtime.server.state import ServerState
 from runtime.server.tools.chat import ToolCalling
 
@@ -43,13 +43,27 @@ def messages_router(
     @r.post("/v1/messages")
     async def create(req: MessagesRequest, request: Request) -> Response:
         creq = _salted(chat_request(req), request)
+        tenant = _tenant(request)
+        asks_diagnosis = req.diagnostics is not None and req.diagnostics.previous_message_id is not None
+        if req.stream and not asks_diagnosis:  # the diagnosis needs the usage before message_start
+            creq.stream = True
+            creq.stream_options = StreamOptions(include_usage=True, continuous_usage_stats=True)
+            answer = await chat(creq, request)
+            assert isinstance(answer, StreamingResponse)
+            head = {"id": shape.new_id(), "type": "message", "role": "assistant", "model": req.model}
+
+            def keep(msg: dict[str, Any]) -> None:
+                u = msg["usage"]
+                ledger.remember(msg["id"], tenant, req, msg, u["input_tokens"] + u["cache_read_input_tokens"])
+
+            events = live.events(answer.body_iterator, head, keep)
+            return StreamingResponse(events, media_type="text/event-stream")
         resp = await chat(creq, request)
         body = json.loads(bytes(resp.body))
         msg = shape.message(shape.new_id(), req.model, body)
         u = msg["usage"]
         prompt = u["input_tokens"] + u["cache_read_input_tokens"]
-        tenant = _tenant(request)
-        if req.diagnostics is not None and req.diagnostics.previous_message_id is not None:
+        if asks_diagnosis:
             msg["diagnostics"] = ledger.diagnose(tenant, req, prompt, u["cache_read_input_tokens"])
         ledger.remember(msg["id"], tenant, req, msg, prompt)
         if req.stream:

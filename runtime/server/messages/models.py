@@ -45,3 +45,6 @@ class MessagesRequest(CountTokensRequest):
     stream: bool = False
     service_tier: Literal["auto", "standard_only"] | None = None
     diagnostics: Diagnostics | None = None
+    # our extras, as on chat: the engine session to reuse, and the no-cache baseline switch
+    session_id: str | None = Field(default=None, min_length=1, max_length=256)
+    prefix_cache: bool = True

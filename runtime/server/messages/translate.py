@@ -120,7 +120,11 @@ def chat_request(req: CountTokensRequest, salt: str | None = None) -> ChatComple
     if isinstance(req, MessagesRequest):
         fields.update(max_tokens=req.max_tokens, stop=req.stop_sequences, temperature=req.temperature)
         fields.update(top_p=req.top_p, top_k=req.top_k)
+        fields.update(prefix_cache=req.prefix_cache)
+        if req.session_id is not None:
+            fields["session_id"] = req.session_id
         user = (req.metadata or {}).get("user_id")
-        if user is not None:
+        if user is not None:  # Claude-style clients name the conversation here: the trace session
             fields["user"] = str(user)
+            fields["prompt_cache_key"] = str(user)[:256]
     return ChatCompletionRequest.model_validate(fields)

@@ -66,6 +66,7 @@ class ResponsesRequest(BaseModel):
     regex: str | None = None
     ebnf: str | None = None
     session_id: str | None = Field(default=None, min_length=1, max_length=256)
+    prefix_cache: bool = True
 
     @model_validator(mode="after")
     def _one_constraint(self) -> ResponsesRequest:

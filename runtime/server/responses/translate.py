@@ -115,5 +115,6 @@ def to_chat_body(req: ResponsesRequest, context: list[dict[str, Any]] | None = N
         "regex": req.regex,
         "ebnf": req.ebnf,
         "model": req.model,
+        "prefix_cache": req.prefix_cache,
     }
     return {k: v for k, v in body.items() if v is not None}
