@@ -63,7 +63,7 @@ def openai_router(state: ServerState) -> APIRouter:
     @r.post("/v1/chat/completions")
     async def chat_completions(req: ChatCompletionRequest, request: Request) -> Response:
         messages = [_message_dict(i, m) for i, m in enumerate(req.messages)]
-        template_kwargs = _template_kwargs(req.chat_template_kwargs)
+        template_kwargs = reasoning.effort(req.reasoning_effort, _template_kwargs(req.chat_template_kwargs))
         reasoning.check(req, template_kwargs)
         plan = await tools.plan(req)
         # earlier turns as generated (runtime/server/reasoning_history.py): ids where they fix tokens
@@ -108,7 +108,7 @@ def openai_router(state: ServerState) -> APIRouter:
 
     @r.get("/v1/models/{model:path}")
     async def model(model: str) -> dict[str, Any]:
-        if model not in (state.model_name, state.model_path):
+        if model not in (state.model_name, state.model_path, "default"):  # chat takes "default" too
             raise ApiError(404, f"model {model!r} not found", "not_found_error")
         return _model_card(state)
 

@@ -48,6 +48,32 @@ class ReasoningChat:
         self.preserve = getattr(args, "reasoning_history", "preserve") == "preserve"
         self.memo = TurnMemo()
 
+    def effort(self, effort: str | None, template_kwargs: dict[str, Any]) -> dict[str, Any]:
+        """OpenAI's `reasoning_effort` as this server's reasoning control: none/minimal turn thinking
+        off (`enable_thinking: false` where the template takes it; a model that does not think is
+        already there), low/medium/high turn it on (there is no token budget per level), which needs
+        a thinking model (--reasoning-parser). An explicit enable_thinking that disagrees is a 400."""
+        if effort is None:
+            return template_kwargs
+        on = effort not in ("none", "minimal")
+        if on and self.parser is None:
+            raise ApiError(
+                400,
+                f"reasoning_effort: {effort!r} needs a reasoning model (--reasoning-parser); send none or omit it",
+            )
+        explicit = template_kwargs.get("enable_thinking")
+        if explicit is not None and explicit is not on:
+            raise ApiError(
+                400, f"reasoning_effort {effort!r} contradicts chat_template_kwargs.enable_thinking"
+            )
+        if not self._template_thinks():
+            return template_kwargs
+        return {**template_kwargs, "enable_thinking": on}
+
+    def _template_thinks(self) -> bool:
+        template = getattr(getattr(self.state.engine, "tokenizer", None), "chat_template", None)
+        return isinstance(template, str) and "enable_thinking" in template
+
     def check(self, req: ChatCompletionRequest, template_kwargs: dict[str, Any]) -> None:
         """`enable_thinking: true` needs a template that takes it (false asks for nothing)."""
         if template_kwargs.get("enable_thinking") is True:

@@ -341,8 +341,9 @@ class ChatCompletionRequest(_OpenAIBase):
     """POST /v1/chat/completions."""
 
     messages: list[ChatMessage] = Field(min_length=1)
-    max_tokens: int | None = Field(default=None, ge=0)
-    max_completion_tokens: int | None = Field(default=None, ge=0)
+    # OpenAI refuses 0 on chat (completions keep SGLang's 0: prompt logprobs with echo)
+    max_tokens: int | None = Field(default=None, ge=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1)
     tools: list[dict[str, Any]] | None = None
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
@@ -352,6 +353,13 @@ class ChatCompletionRequest(_OpenAIBase):
     #: SGLang's: with --reasoning-parser, the thinking block comes back as `reasoning_content`;
     #: false keeps the raw text in `content`
     separate_reasoning: bool = True
+    #: OpenAI's; see ReasoningChat.effort (runtime/server/reasoning_chat.py)
+    reasoning_effort: Literal["none", "minimal", "low", "medium", "high", "xhigh"] | None = None
+    #: OpenAI's, harmless here (docs/compat.md): chat completions are never stored, `metadata` is
+    #: only checked (at most 16 string pairs), the one service tier is "default"
+    store: bool | None = None
+    metadata: dict[str, Annotated[str, Field(max_length=512)]] | None = Field(default=None, max_length=16)
+    service_tier: Literal["auto", "default", "flex", "priority", "scale"] | None = None
 
     @property
     def max_new_tokens(self) -> int | None:

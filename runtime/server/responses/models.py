@@ -38,6 +38,16 @@ class PromptCacheOptions(BaseModel):
     ttl: str | None = None
 
 
+class ReasoningOptions(BaseModel):
+    """`reasoning`: `effort` is chat's `reasoning_effort` (ReasoningChat.effort); summaries are not
+    written here, so a `summary` other than null is a 400."""
+
+    model_config = _STRICT
+    effort: Literal["none", "minimal", "low", "medium", "high", "xhigh"] | None = None
+    summary: None = None
+    generate_summary: None = None
+
+
 class ResponsesRequest(BaseModel):
     """The fields issue 35 lists; anything else is a 400 naming it (extra="forbid")."""
 
@@ -67,6 +77,7 @@ class ResponsesRequest(BaseModel):
     ebnf: str | None = None
     session_id: str | None = Field(default=None, min_length=1, max_length=256)
     prefix_cache: bool = True
+    reasoning: ReasoningOptions | None = None
 
     @model_validator(mode="after")
     def _one_constraint(self) -> ResponsesRequest:

@@ -116,5 +116,6 @@ def to_chat_body(req: ResponsesRequest, context: list[dict[str, Any]] | None = N
         "ebnf": req.ebnf,
         "model": req.model,
         "prefix_cache": req.prefix_cache,
+        "reasoning_effort": req.reasoning.effort if req.reasoning is not None else None,
     }
     return {k: v for k, v in body.items() if v is not None}
