@@ -298,3 +298,17 @@ def test_grammar_keeps_auto_calls_valid_and_none_call_free(engine: Any) -> None:
     assert not feeds(auto, '<tool_call>\n{"name":"get_time"')
     assert not feeds(auto, '<tool_call>\n{"name":"get_weather","arguments":{"city":"Rome","unit":"kelvin"')
     assert feeds(none, "No tools today <b>") and not feeds(none, "I will call <tool_call>\n{")
+
+
+def test_required_by_default_is_one_call_and_a_cut_off_call_is_never_text(client: OpenAI) -> None:
+    """`required` without parallel_tool_calls: one complete call, finish_reason tool_calls (the
+    bundled model repeated its call when a second one was allowed). Cut off by max_tokens: a
+    `length` finish, and no half call in `content`."""
+    messages = [{"role": "user", "content": "What is 2 plus 3?"}]
+    r = _chat(client, messages, tools=[ADD], tool_choice="required", max_tokens=64)
+    choice = r.choices[0]
+    assert choice.finish_reason == "tool_calls" and len(choice.message.tool_calls or []) == 1
+    cut = _chat(client, messages, tools=[ADD], tool_choice="required", max_tokens=4)
+    choice = cut.choices[0]
+    assert choice.finish_reason == "length" and not choice.message.tool_calls
+    assert not choice.message.content  # not '<tool_call>\n{"name": "add'

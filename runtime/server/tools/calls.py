@@ -175,7 +175,11 @@ def plan(
     choice, forced = _choice(tool_choice, defs)
     if not defs:
         return None
-    return ToolPlan(defs, choice, forced, parallel_tool_calls is not False, fmt)
+    # `required` allows several calls only when asked (parallel_tool_calls: true): after a complete
+    # call the bundled model repeats it when the grammar lets it (two identical calls, 16 s instead
+    # of 6 s), and a cut-off repeat turned a good call into a `length` finish
+    parallel = parallel_tool_calls is True if choice == "required" else parallel_tool_calls is not False
+    return ToolPlan(defs, choice, forced, parallel, fmt)
 
 
 async def aplan(

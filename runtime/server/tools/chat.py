@@ -117,6 +117,11 @@ class ToolCalling:
             parsed = self.fmt.parse(choice["message"]["content"] or "")
             content, has_calls = split_output(parsed)
             if not has_calls:
+                # a call cut off before it closed is never text; under `required` all output is a call
+                if p.choice == "required" or p.forced is not None:
+                    choice["message"]["content"] = None
+                elif not parsed.complete:
+                    choice["message"]["content"] = parsed.content or None
                 continue
             ids = [new_call_id() for _ in parsed.calls]
             choice["message"]["content"] = content
