@@ -112,20 +112,32 @@ class ServerArgs:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="radixagent serve",
-        description="SGLang-compatible HTTP server (native /generate + OpenAI API) over the embedded engine.",
+        description="SGLang-compatible HTTP server (native /generate, OpenAI chat/completions/responses, "
+        "Anthropic messages) over the embedded engine.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("--model-path", default=None, help="HF folder or GGUF file (default: the bundled model)")
     p.add_argument("--served-model-name", default=None, help="model name reported by /v1/models")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=30000)
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
+    p.add_argument("--port", type=int, default=30000, help="TCP port; checked before the model loads")
     p.add_argument("--max-total-tokens", type=int, default=None, help="KV pool size in tokens")
-    p.add_argument("--context-length", type=int, default=None)
-    p.add_argument("--radix-eviction-policy", default="lru", choices=_policy_names())
+    p.add_argument(
+        "--context-length",
+        type=int,
+        default=None,
+        help="longest prompt + output in tokens (default: the model's)",
+    )
+    p.add_argument(
+        "--radix-eviction-policy",
+        default="lru",
+        choices=_policy_names(),
+        help="which cached prefix goes first under memory pressure (session: keeps live agent sessions')",
+    )
     p.add_argument("--disable-radix-cache", action="store_true", help="turn the prefix cache off")
     p.add_argument(
         "--dtype", default="auto", choices=DTYPES, help="auto: float32, or bfloat16 with --torchao-config"
     )
-    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="where the model runs")
     p.add_argument(
         "--torchao-config",
         default="",
@@ -171,7 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="serve GET /debug/integrity (cache invariants and lock counts; not for untrusted clients)",
     )
-    p.add_argument("--log-level", default="info", choices=LOG_LEVELS)
+    p.add_argument("--log-level", default="info", choices=LOG_LEVELS, help="server log verbosity")
     p.add_argument(
         "--max-request-bytes",
         type=int,
@@ -268,7 +280,12 @@ def _tier_flags(p: argparse.ArgumentParser) -> None:
     """SGLang HiCache's flag names (runtime/cache/tier/); --hicache-storage-url is ours."""
     g = p.add_argument_group("KV tier (hierarchical cache)")
     g.add_argument("--enable-hierarchical-cache", action="store_true", help="spill evicted KV to a store")
-    g.add_argument("--hicache-storage-backend", default="file", choices=("file", "redis"))
+    g.add_argument(
+        "--hicache-storage-backend",
+        default="file",
+        choices=("file", "redis"),
+        help="where the KV tier stores pages",
+    )
     g.add_argument("--hicache-storage-dir", default=None, help="directory of the file backend")
     g.add_argument("--hicache-size", type=float, default=4.0, help="GB the file backend may hold")
     g.add_argument(
