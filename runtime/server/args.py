@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,6 +51,8 @@ class ServerArgs:
     trace_dir: str | None = None
     #: a trace file is rotated past this size
     trace_max_bytes: int = 16 * 2**20
+    #: all trace files together; rotated files go first, then lines are dropped (counted)
+    trace_max_total_bytes: int = 2**30
     #: stored responses (previous_response_id, GET /v1/responses/{id}) are bounded to this many MiB
     responses_store_max_mb: int = 256
     #: reported as meta_info.worker_id (`radixagent cluster` names each worker: routing misses)
@@ -255,6 +258,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--trace-max-bytes", type=int, default=16 * 2**20, help="rotate a trace file past this size"
     )
     p.add_argument(
+        "--trace-max-total-bytes",
+        type=int,
+        default=2**30,
+        help="disk for all trace files: rotated files are deleted first, then lines dropped (counted)",
+    )
+    p.add_argument(
         "--worker-id",
         default=None,
         help="a name for this worker, reported as meta_info.worker_id (radixagent cluster sets it)",
@@ -287,7 +296,12 @@ def _tier_flags(p: argparse.ArgumentParser) -> None:
         help="where the KV tier stores pages",
     )
     g.add_argument("--hicache-storage-dir", default=None, help="directory of the file backend")
-    g.add_argument("--hicache-size", type=float, default=4.0, help="GB the file backend may hold")
+    g.add_argument(
+        "--hicache-size",
+        type=float,
+        default=None,
+        help="GB the file backend may hold (default 4; refused with redis)",
+    )
     g.add_argument(
         "--hicache-write-policy",
         default=None,
@@ -302,6 +316,13 @@ def _tier_flags(p: argparse.ArgumentParser) -> None:
         type=float,
         default=128.0,
         help="MiB of evicted pages queued for the background writer (0: write on the engine thread)",
+    )
+    g.add_argument(
+        "--hicache-mac-key",
+        default=os.environ.get("RADIXAGENT_HICACHE_MAC_KEY"),
+        help="key that authenticates stored pages; every worker sharing a tier needs the same one "
+        "(prefer the RADIXAGENT_HICACHE_MAC_KEY environment variable: a command line is visible to "
+        "other local users). Default: kept in the file backend's directory, or one per server with redis",
     )
 
 
@@ -348,6 +369,7 @@ def engine_config(ns: argparse.Namespace) -> dict[str, Any]:
             "hicache_page_tokens": ns.hicache_page_tokens,
             "hicache_prefetch": not ns.disable_hicache_prefetch,
             "hicache_write_queue_mb": ns.hicache_write_queue_mb,
+            "hicache_mac_key": ns.hicache_mac_key,
         }
     keep_false = {"disable_radix_cache"}
     return {k: v for k, v in config.items() if v is not None or k in keep_false}
@@ -375,6 +397,7 @@ def server_args(ns: argparse.Namespace) -> ServerArgs:
         h11_max_incomplete_event_size=ns.h11_max_incomplete_event_size,
         trace_dir=ns.trace_dir,
         trace_max_bytes=ns.trace_max_bytes,
+        trace_max_total_bytes=ns.trace_max_total_bytes,
         responses_store_max_mb=ns.responses_store_max_mb,
         worker_id=ns.worker_id,
     )

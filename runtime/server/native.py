@@ -97,6 +97,7 @@ def native_router(state: ServerState) -> APIRouter:
                 "cache_stats": stats,
                 "internal_states": internal_states(state, stats),
                 "kv_events": _kv_events(state.engine),
+                "trace_dir": _trace_stats(state),
             }
         )
 
@@ -251,6 +252,12 @@ def _architectures(arch: Any) -> list[str] | None:
     return [f"{str(arch).capitalize()}ForCausalLM"] if arch else None
 
 
+def _trace_stats(state: ServerState) -> dict[str, int] | None:
+    """`--trace-dir`'s bounds in use and the lines it dropped (None: tracing is off)."""
+    trace = getattr(state.bridge, "trace", None)
+    return None if trace is None else trace.stats()
+
+
 def _router_fields(state: ServerState, stats: dict[str, Any]) -> dict[str, Any]:
     """Top-level keys of SGLang's /server_info that sglang-router reads to label a worker."""
     config = getattr(state.engine, "config", None)
@@ -282,7 +289,8 @@ def _config_dict(engine: Engine) -> dict[str, Any]:
     fields = getattr(config, "__dataclass_fields__", None)
     if fields is None:
         return {}
-    return {name: _jsonable(getattr(config, name)) for name in fields}
+    # a field kept out of repr (the tier's MAC key) is kept out of the answer too
+    return {name: _jsonable(getattr(config, name)) for name, f in fields.items() if f.repr}
 
 
 def _jsonable(value: Any) -> Any:

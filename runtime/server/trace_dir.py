@@ -6,8 +6,10 @@ OpenAI's `prompt_cache_key`, or an `X-Session-Id` header. Each named request's p
 go through the same ledger as the SDK's (runtime/trace/ledger.py), one ledger per (salt, session),
 and become one trace line, written and flushed at once, in `DIR/<salt digest>.jsonl` (`default`
 without a salt): a tenant's trace never holds another's steps, and a file name never shows a
-salt. A file past `max_bytes` is rotated (`.1` ... `.keep`, oldest dropped); at most
-`max_sessions` ledgers are kept (least recently used dropped: its next step starts a new one).
+salt. Files, descriptors and disk are bounded by runtime/server/trace_files.py; ledgers by
+`max_sessions`, `max_ledger_tokens` and `max_session_tokens` (least recently used dropped: its
+next step starts a new one). Over a bound, trace lines are dropped (counted in /get_server_info's
+`trace_dir`), never requests.
 
 `TracingBridge` is the hook: it wraps the engine bridge that both the native and the OpenAI
 routes call, so no route changes beyond naming the session.
@@ -30,8 +32,9 @@ from runtime.cache.namespace import namespace_key
 from runtime.engine.generation import GenerationRequest
 from runtime.server.bridge import Chunk, EngineBridge
 from runtime.server.reasoning_history import TEMPLATE_REWRITES
+from runtime.server.trace_files import FileBounds, TraceFiles
 from runtime.trace.ledger import Served, SessionLedger, StepAccounting, StepEvent
-from runtime.trace.record import StepRecord, TraceWriter
+from runtime.trace.record import StepRecord
 
 if TYPE_CHECKING:
     from runtime.engine.engine import Engine
@@ -48,19 +51,25 @@ HEADER = b"x-session-id"
 @dataclass(frozen=True, slots=True)
 class TraceDirConfig:
     root: Path
-    max_bytes: int = 16 * 2**20
-    keep: int = 3
+    files: FileBounds = FileBounds()
     max_sessions: int = 1024
+    #: token ids all session ledgers may hold together (~250 bytes each); least recent dropped
+    max_ledger_tokens: int = 2_000_000
+    #: token ids one session's ledger may hold; past it the session's ledger starts afresh
+    max_session_tokens: int = 262_144
 
     def __post_init__(self) -> None:
-        if self.max_bytes < 4096 or self.keep < 1 or self.max_sessions < 1:
-            raise ValueError("trace dir: max_bytes >= 4096, keep >= 1, max_sessions >= 1")
+        if self.max_sessions < 1 or self.max_session_tokens < 1:
+            raise ValueError("trace dir: max_sessions >= 1, max_session_tokens >= 1")
+        if self.max_ledger_tokens < self.max_session_tokens:
+            raise ValueError("trace dir: max_ledger_tokens must be >= max_session_tokens")
 
 
 @dataclass(slots=True)
 class _Session:
     accounting: StepAccounting
     steps: int = 0
+    tokens: int = 0  # token ids its ledger holds at most (each step's prompt + output)
 
 
 class TraceDir:
@@ -70,10 +79,11 @@ class TraceDir:
         self, config: TraceDirConfig, tokenize: Callable[[str], Sequence[int]], cache_off: bool = False
     ) -> None:
         self.config, self.tokenize, self.cache_off = config, tokenize, cache_off
-        config.root.mkdir(parents=True, exist_ok=True)
+        self.files = TraceFiles(config.root, config.files)
         self._lock = threading.Lock()
         self._sessions: OrderedDict[tuple[str, str], _Session] = OrderedDict()
-        self._writers: dict[str, TraceWriter] = {}
+        self._ledger_tokens = 0
+        self._failures = 0
 
     def observe(self, requests: Sequence[GenerationRequest], outputs: Sequence[dict[str, Any]]) -> None:
         """Account one finished engine call: each request with its output, in order."""
@@ -84,7 +94,9 @@ class TraceDir:
             try:
                 self._observe_one(session, request, out)
             except Exception:  # the trace is a diagnosis: it never fails a request
-                log.exception("trace-dir accounting failed")
+                self._failures += 1
+                if self._failures in (1, 10, 100) or self._failures % 10_000 == 0:  # never a log flood
+                    log.exception("trace-dir accounting failed (%d so far)", self._failures)
 
     def _observe_one(self, session: str, request: GenerationRequest, out: dict[str, Any]) -> None:
         meta = out.get("meta_info") or {}
@@ -104,7 +116,7 @@ class TraceDir:
         )
         output = list(out.get("output_ids") or [])
         with self._lock:
-            state = self._session(tenant, session)
+            state = self._session(tenant, session, len(ids) + len(output))
             step, state.steps = state.steps, state.steps + 1
             ev = StepEvent(
                 branch=0,
@@ -137,41 +149,49 @@ class TraceDir:
             )
             self._write(tenant, record)
 
-    def _session(self, tenant: str, session: str) -> _Session:
+    def _session(self, tenant: str, session: str, tokens: int) -> _Session:
+        """The session's ledger with room for `tokens` more: a session past its own bound starts
+        afresh; least recently used sessions go while all ledgers together exceed theirs."""
         key = (tenant, session)
         state = self._sessions.get(key)
+        if state is not None and state.tokens + tokens > self.config.max_session_tokens:
+            self._forget(key)
+            state = None
         if state is None:
             state = self._sessions[key] = _Session(StepAccounting(SessionLedger()))
-            while len(self._sessions) > self.config.max_sessions:
-                self._sessions.popitem(last=False)
         self._sessions.move_to_end(key)
+        state.tokens += tokens
+        self._ledger_tokens += tokens
+        while len(self._sessions) > 1 and (
+            len(self._sessions) > self.config.max_sessions
+            or self._ledger_tokens > self.config.max_ledger_tokens
+        ):
+            self._forget(next(iter(self._sessions)))
         return state
 
-    def _write(self, tenant: str, record: StepRecord) -> None:
-        writer = self._writers.get(tenant)
-        if writer is None:
-            writer = self._writers[tenant] = TraceWriter(self.path(tenant))
-        writer.write(record)
-        if writer.size() >= self.config.max_bytes:
-            writer.close()
-            del self._writers[tenant]
-            self._rotate(self.path(tenant))
+    def _forget(self, key: tuple[str, str]) -> None:
+        state = self._sessions.pop(key)
+        self._ledger_tokens -= state.tokens
 
-    def _rotate(self, path: Path) -> None:
-        for index in range(self.config.keep - 1, 0, -1):
-            older = path.with_name(f"{path.name}.{index}")
-            if older.exists():
-                older.replace(path.with_name(f"{path.name}.{index + 1}"))
-        path.replace(path.with_name(f"{path.name}.1"))
+    def _write(self, tenant: str, record: StepRecord) -> None:
+        self.files.write(tenant, record.to_json())
 
     def path(self, tenant: str) -> Path:
-        return self.config.root / f"{tenant}.jsonl"
+        return self.files.path(tenant)
+
+    def stats(self) -> dict[str, int]:
+        """For /get_server_info: what the bounds hold now, and what was dropped."""
+        with self._lock:
+            return {
+                **self.files.stats(),
+                "sessions": len(self._sessions),
+                "ledger_tokens": self._ledger_tokens,
+                "accounting_failures": self._failures,
+            }
 
     def close(self) -> None:
         with self._lock:
-            for writer in self._writers.values():
-                writer.close()
-            self._writers.clear()
+            self.files.close()
 
 
 def _str(value: Any) -> str | None:
@@ -236,5 +256,8 @@ def tracing_bridge(engine: Engine, args: ServerArgs) -> TracingBridge:
     """The bridge `ServerState.build` installs for `--trace-dir`."""
     assert args.trace_dir is not None
     cache_off = bool(getattr(getattr(engine, "config", None), "disable_radix_cache", False))
-    config = TraceDirConfig(Path(args.trace_dir), max_bytes=args.trace_max_bytes)
+    files = FileBounds(
+        max_bytes=args.trace_max_bytes, max_total_bytes=max(args.trace_max_total_bytes, args.trace_max_bytes)
+    )
+    config = TraceDirConfig(Path(args.trace_dir), files)
     return TracingBridge(engine, args.max_threads, TraceDir(config, engine.tokenize, cache_off))

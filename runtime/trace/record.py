@@ -3,11 +3,14 @@ the agent SDK and `serve --trace-dir`."""
 
 from __future__ import annotations
 
+import io
 import json
 import threading
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, TextIO
+
+from runtime.private_files import open_private
 
 #: fields a trace written before they existed may lack (read with these defaults)
 OPTIONAL_FIELDS: dict[str, Any] = {"miss": None}
@@ -57,7 +60,8 @@ class TraceWriter:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._file: TextIO | None = self.path.open("a", encoding="utf-8")
+        # traces hold prompts: 0600 (`serve --trace-dir` also makes its directory 0700)
+        self._file: TextIO | None = io.TextIOWrapper(open_private(self.path, "ab"), encoding="utf-8")
 
     def write(self, record: StepRecord) -> None:
         self.write_line(record.to_json())

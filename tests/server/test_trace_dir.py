@@ -13,6 +13,7 @@ import pytest
 
 from runtime.engine.generation import GenerationRequest
 from runtime.server.trace_dir import TRACE_SESSION, TraceDir, TraceDirConfig
+from runtime.server.trace_files import FileBounds
 from runtime.trace.record import StepRecord
 
 
@@ -57,7 +58,7 @@ def test_sessions_salts_and_unnamed(tmp_path: Path) -> None:
 
 
 def test_rotation_bounds_the_files(tmp_path: Path) -> None:
-    trace = TraceDir(TraceDirConfig(tmp_path, max_bytes=4096, keep=2), tokenize=list)
+    trace = TraceDir(TraceDirConfig(tmp_path, FileBounds(max_bytes=4096, keep=2)), tokenize=list)
     for i in range(60):
         trace.observe([GenerationRequest(input_ids=(i + 1,) * 5, session_id=f"s{i}")], [out(5, 0)])
     trace.close()
@@ -73,7 +74,9 @@ def test_rotation_bounds_the_files(tmp_path: Path) -> None:
 
 def test_config_is_checked(tmp_path: Path) -> None:
     with pytest.raises(ValueError):
-        TraceDirConfig(tmp_path, max_bytes=10)
+        FileBounds(max_bytes=10)
+    with pytest.raises(ValueError):
+        TraceDirConfig(tmp_path, max_session_tokens=10, max_ledger_tokens=5)
 
 
 @pytest.mark.slow
