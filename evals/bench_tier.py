@@ -336,6 +336,7 @@ def cluster_section(engine: Any, tier_dir: Path, sessions: int, steps: int, say:
                     "hicache_storage_backend": "redis",
                     "hicache_storage_url": url,
                     "hicache_write_queue_mb": 0 if "synchronous" in mode else 128,
+                    "hicache_mac_key": "bench-tier-shared-key-0123456789",  # both workers read it
                 }
             workers = [engine.sibling(**kw), engine.sibling(**kw)]
             prompt = cached = 0

@@ -29,9 +29,24 @@ from evals.tool_agent_cache import _free_port, start_server
 
 #: (door, path, the event that carries the first output, the transcript runner, its replay body)
 DOORS: list[tuple[str, str, Callable[..., Any], Callable[..., dict[str, Any]]]] = [
-    ("Agents SDK default (responses)", "/v1/responses", responses_agent.agents_transcript, responses_agent.last_request),
-    ("anthropic client (messages)", "/v1/messages", anthropic_agent.anthropic_transcript, anthropic_agent.last_request),
-    ("chat completions (reference)", "/v1/chat/completions", chat_agent.chat_transcript, chat_agent.last_request),
+    (
+        "Agents SDK default (responses)",
+        "/v1/responses",
+        responses_agent.agents_transcript,
+        responses_agent.last_request,
+    ),
+    (
+        "anthropic client (messages)",
+        "/v1/messages",
+        anthropic_agent.anthropic_transcript,
+        anthropic_agent.last_request,
+    ),
+    (
+        "chat completions (reference)",
+        "/v1/chat/completions",
+        chat_agent.chat_transcript,
+        chat_agent.last_request,
+    ),
 ]
 _FIRST_OUTPUT = (
     '"response.output_text.delta"',
@@ -59,7 +74,9 @@ def ttft(url: str, body: dict[str, Any]) -> float:
     return elapsed
 
 
-def measure_door(base: str, door: tuple[str, str, Callable[..., Any], Callable[..., Any]], turns: int, rounds: int) -> dict[str, Any]:
+def measure_door(
+    base: str, door: tuple[str, str, Callable[..., Any], Callable[..., Any]], turns: int, rounds: int
+) -> dict[str, Any]:
     name, path, transcript, last = door
     rows, sent = transcript(base, turns=turns)
     body = last(sent)
@@ -86,7 +103,8 @@ def markdown(results: list[dict[str, Any]], cpu: str) -> str:
         "",
         f"Measured on: {cpu}; SmolLM2-135M-Instruct, the default engine configuration; one run.",
         "",
-        "Summary: " + "; ".join(
+        "Summary: "
+        + "; ".join(
             f"{r['door']}: {r['hit_rate_from_call_2']:.1%} of the prompt cached from call 2 (lowest call "
             f"{r['min_hit_rate_from_call_2']:.1%}), TTFT {r['ttft_uncached_s'] / r['ttft_cached_s']:.1f}x faster cached"
             for r in results
@@ -98,7 +116,9 @@ def markdown(results: list[dict[str, Any]], cpu: str) -> str:
         "|---|" + "---|" * turns,
     ]
     for r in results:
-        cells = [f"{row['hit_rate']:.1%} ({row['cached_tokens']}/{row['prompt_tokens']})" for row in r["rows"]]
+        cells = [
+            f"{row['hit_rate']:.1%} ({row['cached_tokens']}/{row['prompt_tokens']})" for row in r["rows"]
+        ]
         lines.append(f"| {r['door']} | " + " | ".join(cells + ["-"] * (turns - len(cells))) + " |")
     lines += [
         "",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import psutil
 
@@ -58,8 +58,9 @@ class EngineConfig:
     hicache_storage_backend: str = "file"
     #: the file backend's directory (required with it)
     hicache_storage_dir: str | None = None
-    #: GB the file backend may hold on disk (least recently used pages go first)
-    hicache_size: float = 4.0
+    #: GB the file backend may hold on disk (least recently used pages go first); None: 4 GB.
+    #: Redis is bounded by its own maxmemory, so setting this with redis is refused
+    hicache_size: float | None = None
     #: write_back (on eviction) or write_through (on every publish); None: write_back with the
     #: file backend (a local tier only helps after eviction), write_through with redis (another
     #: worker can only hit what was written: evals/bench_tier.py measures both)
@@ -74,6 +75,10 @@ class EngineConfig:
     #: of the pool and a writer thread stores them; a full queue drops further pages (counted).
     #: 0 writes on the engine thread (the evicting request waits for the store)
     hicache_write_queue_mb: float = 128.0
+    #: the key of the tier pages' MAC (runtime/cache/tier/codec.py), shared by every worker of one
+    #: tier; None: the file backend keeps one in its directory (0600), redis gets one per server
+    #: (pages are then readable by this server only)
+    hicache_mac_key: str | None = field(default=None, repr=False)
     #: SGLang's --kv-events-config JSON (runtime/cache/kv_events/config.py): publish what the tree
     #: holds to cache-aware routers; None or publisher "null": off
     kv_events_config: str | None = None
@@ -138,8 +143,15 @@ def hicache_problems(cfg: EngineConfig) -> list[str]:
         problems.append(f"hicache_storage_backend must be one of {BACKENDS}")
     if cfg.hicache_storage_backend == "file" and not cfg.hicache_storage_dir:
         problems.append("hicache_storage_dir is required with hicache_storage_backend file")
-    if not cfg.hicache_size > 0:
+    if cfg.hicache_size is not None and not cfg.hicache_size > 0:
         problems.append("hicache_size (GB) must be > 0")
+    if cfg.hicache_storage_backend == "redis" and cfg.hicache_size is not None:
+        problems.append(
+            "hicache_size bounds the file backend only; bound Redis with its own maxmemory "
+            "(and an allkeys-lru policy), or drop --hicache-size"
+        )
+    if cfg.hicache_mac_key is not None and len(cfg.hicache_mac_key) < 16:
+        problems.append("hicache_mac_key must be at least 16 characters")
     if cfg.hicache_write_policy is not None and cfg.hicache_write_policy not in WRITE_POLICIES:
         problems.append(f"hicache_write_policy must be one of {WRITE_POLICIES}")
     if cfg.hicache_page_tokens < 1:

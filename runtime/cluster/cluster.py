@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -134,6 +135,9 @@ class Cluster:
     log_dir: Path = field(default_factory=lambda: Path(tempfile.gettempdir()))
     #: the router in use ("smg" or "sglang-router"): `config.router` with "auto" resolved
     router_kind: str = ""
+    #: the workers' shared tier MAC key (one per cluster unless the environment names one), handed
+    #: over in the environment: a command line is visible to every local user
+    tier_key: str = field(default_factory=lambda: secrets.token_hex(32), repr=False)
 
     @property
     def url(self) -> str:
@@ -272,8 +276,11 @@ class Cluster:
                     f"\n--- {name} restarted on port {port} at {time.strftime('%H:%M:%S')} ---\n".encode()
                 )
                 fh.flush()
+            env = {**os.environ}
+            env.setdefault("RADIXAGENT_HICACHE_MAC_KEY", self.tier_key)  # workers sharing a tier
             popen = subprocess.Popen(
                 cmd_for(port),
+                env=env,
                 stdout=fh,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,

@@ -8,6 +8,7 @@ from runtime.cache.tier.keys import Fingerprint, page_keys, weights_digest
 from runtime.cache.tier.store import CorruptEntry
 
 FP = Fingerprint.of("m", "float32", (2, 1, 4), b"w")
+KEY = bytes(range(32))  # the tier's MAC key
 
 
 def _planes(n=8, dtype=torch.float32):
@@ -18,17 +19,17 @@ def _planes(n=8, dtype=torch.float32):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 def test_roundtrip_is_exact(dtype):
     planes = _planes(dtype=dtype)
-    blob = codec.encode("k1", "x", planes)
-    back = codec.decode("k1", "x", bytearray(blob))
+    blob = codec.encode("k1", "x", planes, KEY)
+    back = codec.decode("k1", "x", bytearray(blob), KEY)
     assert all(torch.equal(a, b) for a, b in zip(planes, back, strict=True))
-    back = codec.decode("k1", "x", blob)  # read-only bytes are copied, not rejected
+    back = codec.decode("k1", "x", blob, KEY)  # read-only bytes are copied, not rejected
     assert torch.equal(back[0], planes[0])
 
 
 def test_int8_with_scales_roundtrip():
     planes = [torch.randint(-127, 127, (2, 1, 8, 4), dtype=torch.int8) for _ in range(2)]
     planes += [torch.rand(2, 1, 8, 1) for _ in range(2)]
-    back = codec.decode("k", "int8", codec.encode("k", "int8", planes))
+    back = codec.decode("k", "int8", codec.encode("k", "int8", planes, KEY), KEY)
     assert [p.dtype for p in back] == [torch.int8, torch.int8, torch.float32, torch.float32]
     assert all(torch.equal(a, b) for a, b in zip(planes, back, strict=True))
 
@@ -46,17 +47,17 @@ def test_int8_with_scales_roundtrip():
     ],
 )
 def test_damaged_entries_are_rejected(damage):
-    blob = codec.encode("k1", "x", _planes())
+    blob = codec.encode("k1", "x", _planes(), KEY)
     with pytest.raises(CorruptEntry):
-        codec.decode("k1", "x", damage(blob))
+        codec.decode("k1", "x", damage(blob), KEY)
 
 
 def test_wrong_key_or_format_is_rejected():
-    blob = codec.encode("k1", "float32", _planes())
+    blob = codec.encode("k1", "float32", _planes(), KEY)
     with pytest.raises(CorruptEntry, match="key"):
-        codec.decode("k2", "float32", blob)
+        codec.decode("k2", "float32", blob, KEY)
     with pytest.raises(CorruptEntry, match="format"):
-        codec.decode("k1", "bfloat16", blob)
+        codec.decode("k1", "bfloat16", blob, KEY)
 
 
 def test_keys_chain_and_isolation():

@@ -31,8 +31,14 @@ def cold(engine, prompt) -> list[int]:
     return engine.generate(input_ids=prompt, sampling_params=GREEDY, prefix_cache=False)["output_ids"]
 
 
+SHARED_KEY = "a-test-key-shared-by-both-workers"
+
+
 def redis_worker(engine, tmp_path, url):
-    return tiered(engine, tmp_path, hicache_storage_backend="redis", hicache_storage_url=url)
+    # workers of one shared tier share its MAC key (`radixagent cluster` hands one to its workers)
+    return tiered(
+        engine, tmp_path, hicache_storage_backend="redis", hicache_storage_url=url, hicache_mac_key=SHARED_KEY
+    )
 
 
 def test_second_worker_hits_what_the_first_demoted(engine, tmp_path, redis_server, prompt, cold):

@@ -53,14 +53,11 @@ def test_unwritable_directory_warns_once_and_never_raises(tmp_path, caplog):
 
 def test_disk_full_warns_once(tmp_path, caplog, monkeypatch):
     s = FileStore(tmp_path, 10_000)
-    real_open = open
 
-    def full(path, mode="r", *a, **k):
-        if "w" in mode:
-            raise OSError(errno.ENOSPC, "No space left on device")
-        return real_open(path, mode, *a, **k)
+    def full(path, mode="wb", *a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr("builtins.open", full)
+    monkeypatch.setattr("runtime.cache.tier.file_store.open_private", full)
     with caplog.at_level(logging.WARNING, "radixagent.tier"):
         assert not s.put("ab12", b"x" * 10)
         assert not s.put("ab13", b"x" * 10)

@@ -22,15 +22,13 @@ def test_flags_map_to_engine_config(tmp_path):
             "--enable-hierarchical-cache",
             "--hicache-storage-dir",
             str(tmp_path),
-            "--hicache-size",
-            "0.5",
             "--hicache-storage-backend",
             "redis",
             "--disable-hicache-prefetch",
         ]
     )
     cfg = engine_config(ns)
-    assert cfg["enable_hierarchical_cache"] and cfg["hicache_size"] == 0.5
+    assert cfg["enable_hierarchical_cache"] and "hicache_size" not in cfg  # None: the file default
     assert cfg["hicache_storage_backend"] == "redis" and cfg["hicache_prefetch"] is False
     assert cfg.get("hicache_write_policy") is None  # resolved per backend when the tier is built
     assert "enable_hierarchical_cache" not in engine_config(build_parser().parse_args([]))

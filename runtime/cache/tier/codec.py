@@ -1,51 +1,64 @@
-"""One stored page: a header, then the raw planes. Decoding verifies everything it can.
+"""One stored page: a header, a MAC, then the raw planes. Decoding verifies everything it can.
 
-Layout: MAGIC (4 bytes) | header length (u32 LE) | header (JSON) | payload.
-The header names the key, the KV format, each plane's dtype and shape, the payload length and
-its CRC-32. `decode` rejects (raises `CorruptEntry`) a wrong magic, a key other than the one
-asked for (a misplaced or renamed file), another format, a short or long payload (a truncated
-write) or a checksum mismatch: a bad entry is recomputed, never served.
+Layout: MAGIC (4 bytes) | header length (u32 LE) | header (JSON) | MAC (32 bytes) | payload.
+The header names the key, the KV format, each plane's dtype and shape and the payload length.
+The MAC is keyed BLAKE2b over the header and the payload with the server's tier key (`mac_key`):
+a checksum anyone can recompute let a forged page be served and change outputs. `decode` rejects
+(raises `CorruptEntry`) a wrong magic, a key other than the one asked for (a misplaced or renamed
+file), another format, a short or long payload (a truncated write) or a MAC that does not verify
+(a forged or damaged page, or one another key wrote): a bad entry is recomputed, never served.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import struct
-import zlib
 from collections.abc import Sequence
 
 import torch
 
 from runtime.cache.tier.store import CorruptEntry
 
-MAGIC = b"RAKV"
+MAGIC = b"RAK2"  # RAKV pages (CRC-32 only) are refused: recomputed once, then rewritten
+MAC_BYTES = 32
 _LEN = struct.Struct("<I")
 _DTYPES = {str(d): d for d in (torch.float32, torch.bfloat16, torch.float16, torch.int8)}
 
 
-def encode(key: str, fmt: str, planes: Sequence[torch.Tensor]) -> bytes:
+def _mac(mac_key: bytes, head: bytes | memoryview, payload: Sequence[bytes | memoryview]) -> bytes:
+    h = hashlib.blake2b(key=mac_key, digest_size=MAC_BYTES, person=b"radixagent-kv")
+    h.update(_LEN.pack(len(head)))
+    h.update(head)
+    for part in payload:
+        h.update(part)
+    return h.digest()
+
+
+def encode(key: str, fmt: str, planes: Sequence[torch.Tensor], mac_key: bytes) -> bytes:
     """`planes`: one page's K/V, each [layers, kv_heads, tokens, x] (any strides)."""
     raw = [p.contiguous().view(torch.uint8).reshape(-1).numpy() for p in planes]
-    crc = 0
-    for part in raw:
-        crc = zlib.crc32(part.data, crc)
     header = {
         "key": key,
         "fmt": fmt,
         "planes": [[str(p.dtype), list(p.shape)] for p in planes],
         "nbytes": sum(r.nbytes for r in raw),
-        "crc32": crc,
     }
     head = json.dumps(header, separators=(",", ":")).encode()
+    mac = _mac(mac_key, head, [r.data for r in raw])
     # join takes the arrays' buffers as they are: one copy of the planes, not two
-    return b"".join([MAGIC, _LEN.pack(len(head)), head, *(r.data for r in raw)])
+    return b"".join([MAGIC, _LEN.pack(len(head)), head, mac, *(r.data for r in raw)])
 
 
-def decode(key: str, fmt: str, blob: bytes | bytearray | memoryview) -> list[torch.Tensor]:
+def decode(key: str, fmt: str, blob: bytes | bytearray | memoryview, mac_key: bytes) -> list[torch.Tensor]:
     """The planes stored under `key`, or CorruptEntry. Tensors share `blob`'s memory when it is
     writable (a bytearray): no copy before they are written into the pool."""
     view = memoryview(blob)
-    header, start = _header(view)
+    header, head_end = _header(view)
+    start = head_end + MAC_BYTES
+    if start > len(view):
+        raise CorruptEntry("no MAC (truncated)")
     if header.get("key") != key:
         raise CorruptEntry(f"entry holds key {str(header.get('key'))[:16]}..., not {key[:16]}...")
     if header.get("fmt") != fmt:
@@ -55,8 +68,9 @@ def decode(key: str, fmt: str, blob: bytes | bytearray | memoryview) -> list[tor
         raise CorruptEntry(
             f"payload is {len(payload)} bytes, header says {header.get('nbytes')} (truncated?)"
         )
-    if zlib.crc32(payload) != header.get("crc32"):
-        raise CorruptEntry("payload checksum mismatch")
+    expected = _mac(mac_key, view[8:head_end], [payload])
+    if not hmac.compare_digest(expected, bytes(view[head_end:start])):
+        raise CorruptEntry("page MAC does not verify (forged, damaged, or written under another tier key)")
     return _planes(header, payload)
 
 

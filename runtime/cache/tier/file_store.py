@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from runtime.cache.tier.store import KVStore
+from runtime.private_files import open_private, private_dir
 
 SUFFIX, TMP = ".kv", ".tmp"
 
@@ -48,7 +49,7 @@ class FileStore(KVStore):
     # ---- start-up -------------------------------------------------------------------------
     def _scan(self) -> None:
         try:
-            self.root.mkdir(parents=True, exist_ok=True)
+            private_dir(self.root)
             found = []
             for sub in self.root.iterdir():
                 if not sub.is_dir():
@@ -104,8 +105,8 @@ class FileStore(KVStore):
         path = self._path(key)
         tmp = path.with_name(f".{key}.{os.getpid()}.{tmp_id}{TMP}")
         try:
-            path.parent.mkdir(exist_ok=True)
-            with open(tmp, "wb", buffering=0) as f:
+            path.parent.mkdir(mode=0o700, exist_ok=True)
+            with open_private(tmp, "wb", buffering=0) as f:
                 view, done = memoryview(blob), 0
                 while done < len(blob):
                     done += f.write(view[done:])

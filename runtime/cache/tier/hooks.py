@@ -20,10 +20,15 @@ All hooks run on the scheduler's worker thread under its lock (like every tree o
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import os
 import threading
 import time
+import types
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -33,6 +38,7 @@ from runtime.cache.tier.keys import Fingerprint, weights_digest
 from runtime.cache.tier.redis_store import RedisStore
 from runtime.cache.tier.store import KVStore, log
 from runtime.cache.tier.tier import Fetched, KVTier, TierConfig
+from runtime.private_files import key_file
 
 #: The cache manager's `adopt` (runtime/cache/manager.py): key, have, n, namespace, priority,
 #: session_id, fill(slots) -> tokens the tree gained. The tier never locks, allocates or inserts
@@ -75,19 +81,50 @@ def _tensors(obj: Any, prefix: str = "", depth: int = 0, seen: set[int] | None =
         items = fields.items()
     out = []
     for k, v in items:
-        container = isinstance(v, (torch.Tensor, list, tuple, dict))
-        obj = hasattr(v, "__dict__") or hasattr(v, "__slots__")
-        if container or (obj and (not callable(v) or hasattr(v, "state_dict"))):  # not bound methods
+        if _holds_weights(v):
             out += _tensors(v, f"{prefix}.{k}", depth + 1, seen)
+        elif isinstance(getattr(v, "__self__", None), torch.Tensor):  # a tensor's bound method (lookup)
+            out += _tensors(v.__self__, f"{prefix}.{k}", depth + 1, seen)
     return out
+
+
+def _holds_weights(v: Any) -> bool:
+    """Whether the walk enters `v`: containers, tensors, weight holders (callable ones too: the
+    linear layers are callable dataclasses, and skipping callables once left the embedding, the
+    lm_head and every projection out of the fingerprint), never functions or bound methods."""
+    if isinstance(v, (torch.Tensor, list, tuple, dict)):
+        return True
+    if dataclasses.is_dataclass(v) and not isinstance(v, type):
+        return True
+    if isinstance(v, (types.FunctionType, types.MethodType, types.BuiltinFunctionType, type)):
+        return False
+    return hasattr(v, "__dict__") or hasattr(v, "__slots__")
 
 
 def make_store(config: Any) -> KVStore:
     """The backend named by an EngineConfig's hicache_* fields."""
     if config.hicache_storage_backend == "redis":
         return RedisStore(config.hicache_storage_url)
-    size = int(config.hicache_size * 2**30)
+    size = int((config.hicache_size if config.hicache_size is not None else 4.0) * 2**30)
     return FileStore(config.hicache_storage_dir, size)
+
+
+def mac_key(config: Any) -> bytes:
+    """The tier's page MAC key: derived from `hicache_mac_key` when set (every worker of a shared
+    tier sets the same); else the file backend's own key file (created 0600 in its 0700 directory,
+    so pages survive restarts and no other local user can forge one); else a fresh key per server."""
+    if config.hicache_mac_key is not None:
+        return hashlib.blake2b(
+            config.hicache_mac_key.encode(), digest_size=32, person=b"radixagent-mac"
+        ).digest()
+    if config.hicache_storage_backend == "file":
+        try:
+            return key_file(Path(config.hicache_storage_dir) / ".tier-mac-key")
+        except (OSError, ValueError) as exc:  # an unusable directory: the tier degrades, serving goes on
+            log.warning("no tier key file (%s): pages are readable by this server only", exc)
+            return os.urandom(32)
+    log.warning("the redis tier has no --hicache-mac-key: its pages can be read back by this server only")
+    return os.urandom(32)
 
 
 class TierHooks:
@@ -261,6 +298,7 @@ def build_hooks(config: Any, pool: Any, model: Any, name: str, policy: Any) -> T
         write_policy=config.hicache_write_policy or default_write_policy(config.hicache_storage_backend),
         prefetch=config.hicache_prefetch,
         write_queue_bytes=int(config.hicache_write_queue_mb * 2**20),
+        mac_key=mac_key(config),
     )
     tier = KVTier(make_store(config), tier_config, pool, model_fingerprint(model, name, pool.fmt.name))
     demote_filter = None

@@ -19,6 +19,7 @@ after a weights swap makes every older page unreachable.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -47,6 +48,8 @@ class TierConfig:
     prefetch_lead_s: float = 0.5
     #: bytes of page snapshots the background writer may hold; 0: write on the engine thread
     write_queue_bytes: int = DEFAULT_QUEUE_MB * 2**20
+    #: the key of every page's MAC (runtime/cache/tier/codec.py); never printed
+    mac_key: bytes = field(default_factory=lambda: os.urandom(32), repr=False)
 
     def __post_init__(self) -> None:
         problems = []
@@ -60,6 +63,8 @@ class TierConfig:
             )
         if self.prefetch_lead_s < 0:
             problems.append("prefetch_lead_s must be >= 0")
+        if len(self.mac_key) < 16:
+            problems.append("the tier's MAC key must be at least 16 bytes")
         if self.write_queue_bytes < 0:
             problems.append("write_queue_bytes must be >= 0")
         if problems:
@@ -124,7 +129,7 @@ class KVTier:
             self.writer = PageWriter(store, self._encode, config.write_queue_bytes)
 
     def _encode(self, key: str, planes: Sequence[torch.Tensor]) -> bytes:
-        return codec.encode(key, self.pool.fmt.name, planes)
+        return codec.encode(key, self.pool.fmt.name, planes, self.config.mac_key)
 
     def set_fingerprint(self, fingerprint: Fingerprint) -> None:
         self.fingerprint = fingerprint
@@ -222,7 +227,7 @@ class KVTier:
             if blob is None:
                 break  # gone since the presence check (another worker, Redis eviction)
             try:
-                planes = codec.decode(keys[i], self.pool.fmt.name, blob)
+                planes = codec.decode(keys[i], self.pool.fmt.name, blob, self.config.mac_key)
                 self._check_shape(planes)
             except CorruptEntry as exc:
                 self.counters.corrupt_pages += 1
