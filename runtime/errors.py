@@ -47,3 +47,7 @@ class BackendError(RadixAgentError):
         self.message = message
         self.status = status
         self.retryable = retryable
+
+
+class Busy(RadixAgentError):
+    """An operation that runs one at a time is already running (a weights swap): HTTP 409."""

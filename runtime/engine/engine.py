@@ -4,6 +4,7 @@ and a fixed KV pool. See docs/flow.md for one request's path through it."""
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Generator, Iterator, Mapping, Sequence
@@ -23,7 +24,7 @@ from runtime.engine.sampling import Sampler, SamplingParams
 from runtime.engine.snapshot import EngineSnapshot
 from runtime.engine.threads import in_fresh_thread
 from runtime.engine.tier import on_session_event
-from runtime.errors import EngineClosed, InvalidRequest, Overloaded, PromptTooLong, UnknownSession
+from runtime.errors import Busy, EngineClosed, InvalidRequest, Overloaded, PromptTooLong, UnknownSession
 from runtime.model import files as model_files
 
 if TYPE_CHECKING:
@@ -114,6 +115,7 @@ class Engine:
         self.tier: TierHooks | None = parts.tier
         self.kv_events: ZmqEventPublisher | None = parts.events
         self._closed = False
+        self._swap_lock = threading.Lock()  # update_weights_from_disk: one at a time
 
     @property
     def cache(self) -> RadixCache:
@@ -281,14 +283,21 @@ class Engine:
         endpoint). Requests running now finish under the old weights (or are aborted with
         `abort_all_requests`) and never insert into the new tree; queued ones run on the new
         weights. Returns SGLang's `{success, message, num_paused_requests}`."""
-        from runtime.model.weights import check_load_format, load_compatible
+        from runtime.model.weights import check_load_format, load_compatible, preflight
 
-        check_load_format(model_path, load_format)
-        started = time.perf_counter()
-        model = in_fresh_thread(lambda: load_compatible(model_path, self.model, self.config))
-        if abort_all_requests:
-            self.scheduler.abort("", abort_all=True)
-        swap = self.scheduler.swap_weights(model, timeout_s)
+        # one swap at a time: three concurrent loads once held +2.6 GiB; the second is a 409
+        if not self._swap_lock.acquire(blocking=False):
+            raise Busy("a weights update is already in progress")
+        try:
+            check_load_format(model_path, load_format)
+            preflight(model_path, self.model)  # headers only: nothing big is read for a bad path
+            started = time.perf_counter()
+            model = in_fresh_thread(lambda: load_compatible(model_path, self.model, self.config))
+            if abort_all_requests:
+                self.scheduler.abort("", abort_all=True)
+            swap = self.scheduler.swap_weights(model, timeout_s)
+        finally:
+            self._swap_lock.release()
         self.model, self.model_path = model, str(model_path)
         self.weights_loaded_s = time.perf_counter() - started
         return {

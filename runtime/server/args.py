@@ -53,6 +53,8 @@ class ServerArgs:
     trace_max_bytes: int = 16 * 2**20
     #: all trace files together; rotated files go first, then lines are dropped (counted)
     trace_max_total_bytes: int = 2**30
+    #: seconds /update_weights_from_disk waits for running requests (new ones wait behind it)
+    weights_swap_wait_s: float = 10.0
     #: stored responses (previous_response_id, GET /v1/responses/{id}) are bounded to this many MiB
     responses_store_max_mb: int = 256
     #: reported as meta_info.worker_id (`radixagent cluster` names each worker: routing misses)
@@ -67,6 +69,8 @@ class ServerArgs:
             raise ValueError("api_key must not be empty (omit it to disable auth)")
         if self.max_request_bytes < 1024:
             raise ValueError("max_request_bytes must be >= 1024")
+        if not self.weights_swap_wait_s > 0:
+            raise ValueError("weights_swap_wait_s must be > 0")
         if self.responses_store_max_mb < 1:
             raise ValueError("responses_store_max_mb must be >= 1")
         if self.max_threads < 1:
@@ -241,6 +245,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="bytes of request line and headers buffered before a 400",
     )
     p.add_argument(
+        "--weights-swap-wait-s",
+        type=float,
+        default=10.0,
+        help="how long /update_weights_from_disk waits for running requests; new requests wait "
+        "behind it at most this long, then the update fails (409) and they run",
+    )
+    p.add_argument(
         "--responses-store-max-mb",
         type=int,
         default=256,
@@ -399,5 +410,6 @@ def server_args(ns: argparse.Namespace) -> ServerArgs:
         trace_max_bytes=ns.trace_max_bytes,
         trace_max_total_bytes=ns.trace_max_total_bytes,
         responses_store_max_mb=ns.responses_store_max_mb,
+        weights_swap_wait_s=ns.weights_swap_wait_s,
         worker_id=ns.worker_id,
     )

@@ -9,8 +9,10 @@ batch's `job_0`, `job_1`.
 
 `POST /update_weights_from_disk {"model_path": ..., "load_format"?, "abort_all_requests"?,
 "weight_version"?}` -> `{"success", "message", "num_paused_requests"}` (400 with `success: false`
-when the weights cannot be used). The whole cache is invalidated; requests running when the swap is
-due finish under the old weights first (or stop, with `abort_all_requests`).
+when the weights cannot be used, 409 while another update runs or when running requests outlast
+--weights-swap-wait-s). Only headers are read before the load; every unusable path gets one answer.
+The whole cache is invalidated; requests running when the swap is due finish under the old weights
+first (or stop, with `abort_all_requests`); new requests wait for the swap at most the bound.
 """
 
 from __future__ import annotations
@@ -24,12 +26,26 @@ import anyio
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from runtime.errors import InvalidRequest
+from runtime.errors import Busy, InvalidRequest
 from runtime.server.errors import ApiError
 from runtime.server.schemas import AbortRequestBody, UpdateWeightsFromDiskBody
 from runtime.server.state import ServerState
 
 T = TypeVar("T")
+
+
+def _failed(status: int, message: str) -> JSONResponse:
+    """SGLang's failure body, with an error object as our other errors carry."""
+    kind = "conflict_error" if status == 409 else "invalid_request_error"
+    body = {
+        "success": False,
+        "message": message,
+        "num_paused_requests": 0,
+        "error": {"message": message, "type": kind, "code": status},
+    }
+    return JSONResponse(body, status_code=status)
+
+
 log = logging.getLogger("radixagent.server")
 
 
@@ -45,22 +61,28 @@ def control_router(state: ServerState) -> APIRouter:
 
     @r.post("/update_weights_from_disk")
     async def update_weights_from_disk(req: UpdateWeightsFromDiskBody) -> Response:
+        wait = state.args.weights_swap_wait_s
         try:
             # a thread of its own: it waits for running requests, which must not hold it up
             result = await anyio.to_thread.run_sync(
                 lambda: state.engine.update_weights_from_disk(
-                    req.model_path, load_format=req.load_format, abort_all_requests=req.abort_all_requests
+                    req.model_path,
+                    load_format=req.load_format,
+                    abort_all_requests=req.abort_all_requests,
+                    timeout_s=wait,
                 )
             )
-        except (InvalidRequest, TimeoutError, RuntimeError) as exc:
-            message = f"Failed to update weights: {exc}"
-            body = {
-                "success": False,
-                "message": message,
-                "num_paused_requests": 0,
-                "error": {"message": message, "type": "invalid_request_error", "code": 400},
-            }
-            return JSONResponse(body, status_code=400)
+        except Busy as exc:
+            return _failed(409, f"Failed to update weights: {exc}; retry when it is done")
+        except TimeoutError:
+            # new requests waited at most `wait` seconds behind the swap, and run again now
+            message = (
+                f"Failed to update weights: requests still running after {wait:g} s (--weights-swap-wait-s); "
+                "weights not changed: retry, or send abort_all_requests"
+            )
+            return _failed(409, message)
+        except (InvalidRequest, RuntimeError) as exc:
+            return _failed(400, f"Failed to update weights: {exc}")
         state.model_path = str(req.model_path)
         if req.weight_version is not None:
             state.weight_version = req.weight_version
