@@ -83,6 +83,11 @@ class ServeStats:
     completion_tokens: int = 0
 
 
+#: characters before the previous step's text end that a stop search also reads: decoding more
+#: tokens can rewrite the last few characters (a multi-byte character completed)
+STOP_SLACK = 16
+
+
 class Scheduler:
     def __init__(
         self,
@@ -455,12 +460,17 @@ class Scheduler:
         if (token in self.eos_ids and not p.ignore_eos) or token in p.stop_token_ids:
             req.text = self._detok(req.output_ids if p.no_stop_trim else req.output_ids[:-1], p)
             return {"type": "stop", "matched": token}
+        before = len(req.text)
         req.text = self._detok(req.output_ids, p)
-        for s in p.stop:
-            cut = req.text.find(s)
-            if cut >= 0:
-                req.text = req.text[: cut + len(s) if p.no_stop_trim else cut]
-                return {"type": "stop", "matched": s}
+        if p.stop:
+            # only a match that ends in the new text is new (an older one stopped the request then):
+            # each step searches a window of the longest stop's length, not the whole output
+            start = max(0, min(before, len(req.text)) - max(map(len, p.stop)) - STOP_SLACK)
+            for s in p.stop:
+                cut = req.text.find(s, start)
+                if cut >= 0:
+                    req.text = req.text[: cut + len(s) if p.no_stop_trim else cut]
+                    return {"type": "stop", "matched": s}
         if req.grammar is not None and req.grammar.is_finished():
             return {"type": "stop", "matched": None}
         if len(req.output_ids) >= p.max_new_tokens:
