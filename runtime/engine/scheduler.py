@@ -29,7 +29,7 @@ from runtime.cache.manager import RadixCacheManager
 from runtime.engine.meters import ServeMeters
 from runtime.engine.request import Request
 from runtime.engine.sampling import SamplingParams
-from runtime.errors import EngineClosed
+from runtime.errors import EngineClosed, InvalidRequest, PoolExhausted
 from runtime.model.decode_kernel import DecodeKernel
 from runtime.model.hf_model import HFModel
 from runtime.model.model import LlamaModel, Segment
@@ -346,6 +346,20 @@ class Scheduler:
             self.running.append(req)  # from here on, a failure below is released like any finish
             try:
                 self._start(req)
+            except PoolExhausted:
+                if len(self.running) > 1:
+                    # the footprint check above does not see tree nodes that running requests lock
+                    # beside their own slots (identical prompts computed apart, e.g. logprob
+                    # choices of n > 1): wait for them to finish instead of failing (was a 503)
+                    self.running.remove(req)
+                    self.waiting.appendleft(req)
+                    return
+                req.error = InvalidRequest(
+                    f"a prompt of {len(req.input_ids)} tokens with max_new_tokens={req.params.max_new_tokens} "
+                    f"does not fit the KV pool ({self.manager.pool.size} tokens) even alone"
+                )
+                self._finish(req, {"type": "abort", "message": str(req.error)})
+                continue
             except Exception as exc:  # fail this request only; what it locked or took goes back
                 log.exception("request %s failed to start", req.rid)
                 req.error = exc
