@@ -5,7 +5,8 @@ their requests and releases their KV."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import json
+from collections.abc import AsyncIterable, AsyncIterator
 from typing import Any
 
 import anyio
@@ -60,3 +61,13 @@ async def close_merged(merged: AsyncIterator[tuple[int, Chunk]], streams: list[A
         await merged.aclose()  # type: ignore[attr-defined]
         for stream in streams:
             await close_stream(stream)
+
+
+async def chat_chunks(body: AsyncIterable[Any]) -> AsyncIterator[dict[str, Any]]:
+    """The JSON payloads of the chat route's own SSE `data:` lines ([DONE] ends it): what the
+    Messages and Responses doors translate when they stream."""
+    async for raw in body:
+        text = raw.decode() if isinstance(raw, bytes) else str(raw)
+        for line in text.split("\n"):
+            if line.startswith("data: ") and line != "data: [DONE]":
+                yield json.loads(line[6:])

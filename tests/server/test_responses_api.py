@@ -14,21 +14,12 @@ import openai
 import pytest
 from pydantic import BaseModel
 
+from evals.doors.responses_agent import TOOLS
+
 pytestmark = pytest.mark.slow
 
 MODEL = "smollm2"
-ADD = {
-    "type": "function",
-    "name": "add",
-    "description": "Add two integers.",
-    "parameters": {
-        "type": "object",
-        "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
-        "required": ["a", "b"],
-        "additionalProperties": False,
-    },
-    "strict": True,
-}
+ADD = TOOLS[0]  # the benchmark agent's `add`: one definition
 INSTRUCTIONS = "You are a helpful assistant with tools. Answer briefly."
 
 

@@ -12,19 +12,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runtime.server.messages import shape
+from runtime.server.openai_stream import chat_chunks
 
 
 def _event(name: str, data: dict[str, Any]) -> bytes:
     return f"event: {name}\ndata: {json.dumps({'type': name, **data})}\n\n".encode()
-
-
-async def chat_chunks(body: AsyncIterable[Any]) -> AsyncIterator[dict[str, Any]]:
-    """The JSON payloads of the chat route's `data:` lines ([DONE] ends it)."""
-    async for raw in body:
-        text = raw.decode() if isinstance(raw, bytes) else str(raw)
-        for line in text.split("\n"):
-            if line.startswith("data: ") and line != "data: [DONE]":
-                yield json.loads(line[6:])
 
 
 @dataclass

@@ -10,21 +10,13 @@ from collections.abc import AsyncIterable, AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from runtime.server.openai_stream import chat_chunks
 from runtime.server.responses import shape
 from runtime.server.responses.stream import Event, EventSequence
 
 
 def _sse(event: Event) -> bytes:
     return f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode()
-
-
-async def _chat_chunks(body: AsyncIterable[Any]) -> AsyncIterator[dict[str, Any]]:
-    """The JSON payloads of the chat route's `data:` lines ([DONE] ends it)."""
-    async for raw in body:
-        text = raw.decode() if isinstance(raw, bytes) else str(raw)
-        for line in text.split("\n"):
-            if line.startswith("data: ") and line != "data: [DONE]":
-                yield json.loads(line[6:])
 
 
 @dataclass
@@ -62,7 +54,7 @@ async def events(
     for event in seq.start():
         yield _sse(event)
     try:
-        async for chunk in _chat_chunks(body):
+        async for chunk in chat_chunks(body):
             if "error" in chunk:
                 for event in seq.failed(str(chunk["error"].get("message", chunk["error"]))):
                     yield _sse(event)
