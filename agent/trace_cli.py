@@ -100,15 +100,7 @@ def cause_sentence(records: list[StepRecord]) -> str:
         if cause != "new":
             text += f" at step{'s' if len(set(steps)) > 1 else ''} {_ranges(steps)}"
         if cause == "prompt_change":
-            piece = next(
-                (
-                    r.prefix_break.get("piece")
-                    for r in records
-                    if r.prefix_break and r.prefix_break.get("piece")
-                ),
-                None,
-            )
-            text += f": {piece} changed" if piece else ""
+            text += _change_phrase([r for r in records if (r.miss or {}).get(cause) and r.prefix_break])
         parts.append(text)
     first = parts[0].split(" ", 1)
     parts[0] = (
@@ -117,6 +109,29 @@ def cause_sentence(records: list[StepRecord]) -> str:
         else f"{first[0]} of uncached tokens: {first[1]}"
     )
     return ", ".join(parts)
+
+
+def _change_phrase(broken: list[StepRecord]) -> str:
+    """Which piece changed, the changing span, and whether it is the same offset on every
+    step (a per-request value such as a date or hash near the start of the system prompt)."""
+    breaks = [r.prefix_break for r in broken if r.prefix_break]
+    if not breaks:
+        return ""
+    piece = next((b.get("piece") for b in breaks if b.get("piece")), None)
+    text = f": {piece} changed" if piece else ""
+    first = next((b for b in breaks if b.get("changed")), None)
+    if first is not None:
+        changed, unit = first["changed"], first.get("unit", "tokens")
+        text += (
+            f" ({changed['expected']} -> {changed['got']}, {changed['realigned']} {unit} after it unchanged)"
+        )
+    offsets = {b.get("offset") for b in breaks}
+    if len(breaks) > 1 and len(offsets) == 1:
+        text += (
+            f"; the same offset ({offsets.pop()}) changed on every one of these {len(breaks)} steps: "
+            "a per-request value near the start of the prompt (see docs/compat.md, per-request headers)"
+        )
+    return text
 
 
 def miss_cell(record: StepRecord) -> str:

@@ -6,9 +6,10 @@ Without --url it starts `radixagent serve` (127.0.0.1, a free port) and stops it
 the OpenAI Agents SDK's default model class (`/v1/responses`), the `anthropic` client
 (`/v1/messages`) and the `openai` client's chat completions (`/v1/chat/completions`, the reference).
 Each runs the same two-tool agent (evals/doors/); the tools really run. Per call: prompt tokens, the
-part read from the prefix cache, the hit rate (target >= 90% from call 2). Then the last call's body
-is sent again, streamed, 3 times as is (its prefix cached) and 3 times with `prefix_cache: false`
-(the same engine, no reuse): median time to the first output event, and their ratio.
+part read from the prefix cache, the hit rate (target >= 90% from call 2) and, from the server's
+`--trace-dir` (started by the benchmark), the ideal. Then the last call's body is sent again with one
+output token, 3 times as is (its prefix cached) and 3 times with `prefix_cache: false` (the same
+engine, no reuse): the median time to the first token, and their ratio.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import argparse
 import json
 import platform
 import statistics
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -27,59 +29,47 @@ import httpx
 from evals.doors import anthropic_agent, chat_agent, responses_agent
 from evals.tool_agent_cache import _free_port, start_server
 
-#: (door, path, the event that carries the first output, the transcript runner, its replay body)
-DOORS: list[tuple[str, str, Callable[..., Any], Callable[..., dict[str, Any]]]] = [
+#: (door, path, the transcript runner, its replay body, the body's output-length field)
+DOORS: list[tuple[str, str, Callable[..., Any], Callable[..., dict[str, Any]], str]] = [
     (
         "Agents SDK default (responses)",
         "/v1/responses",
         responses_agent.agents_transcript,
         responses_agent.last_request,
+        "max_output_tokens",
     ),
     (
         "anthropic client (messages)",
         "/v1/messages",
         anthropic_agent.anthropic_transcript,
         anthropic_agent.last_request,
+        "max_tokens",
     ),
     (
         "chat completions (reference)",
         "/v1/chat/completions",
         chat_agent.chat_transcript,
         chat_agent.last_request,
+        "max_tokens",
     ),
 ]
-_FIRST_OUTPUT = (
-    '"response.output_text.delta"',
-    '"response.function_call_arguments.delta"',
-    '"content_block_delta"',
-    '"delta": {"content"',
-    '"delta":{"content"',
-    '"tool_calls"',
-)
 
 
 def ttft(url: str, body: dict[str, Any]) -> float:
-    """Seconds from sending a streamed request to the first line that carries output."""
+    """Seconds for the request with one output token: prefill plus one step, whatever the door's
+    stream holds back (a tool call's first event waits for its name, some ten tokens)."""
     start = time.perf_counter()
-    with httpx.stream("POST", url, json=dict(body, stream=True), timeout=600) as r:
-        r.raise_for_status()
-        for line in r.iter_lines():
-            if line.startswith("data:") and any(mark in line for mark in _FIRST_OUTPUT):
-                elapsed = time.perf_counter() - start
-                break
-        else:
-            raise RuntimeError(f"{url}: the stream carried no output")
-        for _ in r.iter_lines():  # drain so the next request starts on an idle engine
-            pass
-    return elapsed
+    r = httpx.post(url, json=dict(body, stream=False), timeout=600)
+    r.raise_for_status()
+    return time.perf_counter() - start
 
 
 def measure_door(
-    base: str, door: tuple[str, str, Callable[..., Any], Callable[..., Any]], turns: int, rounds: int
+    base: str, door: tuple[str, str, Callable[..., Any], Callable[..., Any], str], turns: int, rounds: int
 ) -> dict[str, Any]:
-    name, path, transcript, last = door
-    rows, sent = transcript(base, turns=turns)
-    body = last(sent)
+    name, path, transcript, last, length_field = door
+    rows, sent = transcript(base, turns=turns, session=session_of(name))
+    body = dict(last(sent), **{length_field: 1})
     cached = [ttft(base + path, body) for _ in range(rounds)]
     uncached = [ttft(base + path, dict(body, prefix_cache=False)) for _ in range(rounds)]
     later = rows[1:]
@@ -96,33 +86,63 @@ def measure_door(
     }
 
 
+def session_of(door: str) -> str:
+    return "door-" + door.split(" ")[0].lower()
+
+
+def add_ideal(results: list[dict[str, Any]], trace: Path) -> None:  # trace: the --trace-dir
+    """Each call's ideal cached tokens and miss causes from the server's --trace-dir (what an
+    unbounded cache would have served: the longest prefix of any earlier prompt+output)."""
+    steps: dict[str, list[dict[str, Any]]] = {}
+    # one file per tenant: the Messages door keeps each API key's cache (and trace) apart
+    for line in (ln for f in sorted(trace.glob("*.jsonl")) for ln in f.read_text().splitlines()):
+        rec = json.loads(line)
+        steps.setdefault(rec["session_id"], []).append(rec)
+    for r in results:
+        recs = steps.get(session_of(r["door"]), [])
+        for row, rec in zip(r["rows"], recs, strict=False):  # the TTFT replays come after
+            row["ideal_cached_tokens"] = rec["ideal_cached_tokens"]
+            row["miss"] = rec["miss"]
+
+
 def markdown(results: list[dict[str, Any]], cpu: str) -> str:
     turns = max(len(r["rows"]) for r in results)
     lines = [
         "# Front doors: a tool agent's prefix reuse per call (`python -m evals.door_agent_cache`)",
         "",
-        f"Measured on: {cpu}; SmolLM2-135M-Instruct, the default engine configuration; one run.",
+        f"Measured on: {cpu}; SmolLM2-135M-Instruct, the default engine configuration "
+        "(`radixagent serve`, float32 weights); one run. Each door runs the same agent: the system "
+        "prompt of evals/doors/anthropic_agent.py (standing rules, as agent frameworks send on every "
+        "call), two tools that really run, tool use forced on every call.",
         "",
         "Summary: "
         + "; ".join(
             f"{r['door']}: {r['hit_rate_from_call_2']:.1%} of the prompt cached from call 2 (lowest call "
-            f"{r['min_hit_rate_from_call_2']:.1%}), TTFT {r['ttft_uncached_s'] / r['ttft_cached_s']:.1f}x faster cached"
+            f"{r['min_hit_rate_from_call_2']:.1%}), time to first token "
+            f"{r['ttft_uncached_s'] / r['ttft_cached_s']:.1f}x faster cached"
             for r in results
         ),
         "",
         "## Cached share of each call's prompt (cached / prompt tokens)",
         "",
+        "`ideal`: what an unbounded cache could have served (the longest prefix of any earlier "
+        "prompt+output of the conversation, from the server's `--trace-dir`); every token under it "
+        "is a miss of the cache, every token above it is new to the conversation. The doors render "
+        "the same system prompt and tools to the same tokens, so a door's first call reads the head "
+        "an earlier door left (cached above its conversation's ideal of 0).",
+        "",
         "| door | " + " | ".join(f"call {i + 1}" for i in range(turns)) + " |",
         "|---|" + "---|" * turns,
     ]
     for r in results:
-        cells = [
-            f"{row['hit_rate']:.1%} ({row['cached_tokens']}/{row['prompt_tokens']})" for row in r["rows"]
-        ]
+        cells = [_cell(row) for row in r["rows"]]
         lines.append(f"| {r['door']} | " + " | ".join(cells + ["-"] * (turns - len(cells))) + " |")
     lines += [
         "",
-        "## Time to first output of the last call, streamed (median of 3)",
+        "## Time to first token of the last call (median of 3)",
+        "",
+        "The last call's body sent again with one output token (prefill plus one step), as is (its "
+        "prefix cached) and with `prefix_cache: false` (the same engine, no reuse).",
         "",
         "| door | prompt tokens | cached | `prefix_cache: false` | ratio |",
         "|---|---|---|---|---|",
@@ -134,6 +154,13 @@ def markdown(results: list[dict[str, Any]], cpu: str) -> str:
             f"{r['ttft_uncached_s'] * 1000:.0f} ms | {ratio:.1f}x |"
         )
     return "\n".join(lines) + "\n"
+
+
+def _cell(row: dict[str, Any]) -> str:
+    text = f"{row['hit_rate']:.1%} ({row['cached_tokens']}/{row['prompt_tokens']}"
+    if "ideal_cached_tokens" in row:
+        text += f", ideal {row['ideal_cached_tokens']}"
+    return text + ")"
 
 
 def _cpu() -> str:
@@ -152,15 +179,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=Path("docs/benchmarks-doors.md"))
     args = p.parse_args(argv)
     proc, url = None, args.url
-    if url is None:
-        port = _free_port()
-        proc, url = start_server(port, args.max_total_tokens), f"http://127.0.0.1:{port}"
-    try:
-        results = [measure_door(url.rstrip("/"), door, args.turns, args.rounds) for door in DOORS]
-    finally:
-        if proc is not None:
-            proc.terminate()
-            proc.wait(timeout=30)
+    with tempfile.TemporaryDirectory() as trace_dir:
+        if url is None:
+            port = _free_port()
+            proc = start_server(port, args.max_total_tokens, "--trace-dir", trace_dir)
+            url = f"http://127.0.0.1:{port}"
+        try:
+            results = [measure_door(url.rstrip("/"), door, args.turns, args.rounds) for door in DOORS]
+        finally:
+            if proc is not None:
+                proc.terminate()
+                proc.wait(timeout=30)
+        add_ideal(results, Path(trace_dir))
     text = markdown(results, _cpu())
     print(text)
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -39,13 +39,14 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_server(port: int, max_total_tokens: int) -> subprocess.Popen[bytes]:
+def start_server(port: int, max_total_tokens: int, *extra: str) -> subprocess.Popen[bytes]:
     cmd = [
         *serve_argv(port),
         "--max-total-tokens",
         str(max_total_tokens),
         "--log-level",
         "warning",
+        *extra,
     ]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 600

@@ -13,7 +13,29 @@ from typing import Any
 
 import anthropic
 
-SYSTEM = "You are a helpful assistant with tools. Use them, then answer briefly."
+#: An agent's standing instructions, as agent frameworks send them on every call (real ones run
+#: from a few hundred to many thousand tokens): the head every call shares.
+SYSTEM = """You are a helpful assistant with tools. Use them, then answer briefly.
+
+Operating rules:
+1. Read the whole request before acting. Split it into steps and do them in order.
+2. Use a tool for every computation and every fact about the world; never guess a number.
+3. Call one tool at a time and wait for its result before the next call.
+4. Pass arguments exactly as the tool's schema asks: integers as integers, names as written.
+5. If a tool returns an error, read it, fix the arguments and try once more.
+6. Keep intermediate results; refer to them by value in later calls.
+7. Do not repeat a call whose result you already have.
+8. When every step is done, answer in one or two sentences with the final values.
+9. Never invent tools, arguments or results. If no tool fits, say so plainly.
+10. Units: temperatures in degrees Celsius, distances in kilometres, money with its currency.
+11. Be concise: no preamble, no apologies, no restating the question.
+12. If the request is ambiguous, pick the most common reading and state it in the answer.
+
+Tool notes:
+- add(a, b) returns the sum of two integers as a decimal string.
+- get_weather(city) returns JSON with the city, the temperature in degrees Celsius and the sky.
+- Results are exact; do not round them. Cities are matched by name, case-insensitively.
+"""
 TOOLS: list[dict[str, Any]] = [
     {
         "name": "add",
@@ -80,10 +102,19 @@ def last_request(
 
 
 def anthropic_transcript(
-    base_url: str, turns: int = 6, api_key: str = "unused", model: str = "default", max_tokens: int = 64
+    base_url: str,
+    turns: int = 6,
+    api_key: str = "unused",
+    model: str = "default",
+    max_tokens: int = 64,
+    session: str | None = None,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(rows, the messages the last call was sent)."""
-    client = anthropic.Anthropic(base_url=base_url, api_key=api_key, max_retries=0, timeout=600)
+    """(rows, the messages the last call was sent). `session` names the conversation for the
+    server's --trace-dir (the X-Session-Id header)."""
+    headers = {"X-Session-Id": session} if session else None
+    client = anthropic.Anthropic(
+        base_url=base_url, api_key=api_key, max_retries=0, timeout=600, default_headers=headers
+    )
     messages: list[dict[str, Any]] = [{"role": "user", "content": QUESTION}]
     rows, sent = [], messages
     for call in range(1, turns + 1):

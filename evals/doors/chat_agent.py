@@ -21,10 +21,18 @@ TOOLS = [
 
 
 def chat_transcript(
-    base_url: str, turns: int = 6, api_key: str = "unused", model: str = "default", max_tokens: int = 64
+    base_url: str,
+    turns: int = 6,
+    api_key: str = "unused",
+    model: str = "default",
+    max_tokens: int = 64,
+    session: str | None = None,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(rows, the messages the last call was sent)."""
-    client = openai.OpenAI(base_url=f"{base_url}/v1", api_key=api_key, max_retries=0, timeout=600)
+    """(rows, the messages the last call was sent); `session`: the X-Session-Id header."""
+    headers = {"X-Session-Id": session} if session else None
+    client = openai.OpenAI(
+        base_url=f"{base_url}/v1", api_key=api_key, max_retries=0, timeout=600, default_headers=headers
+    )
     messages: list[dict[str, Any]] = [
         {"role": "system", "content": SYSTEM},
         {"role": "user", "content": QUESTION},

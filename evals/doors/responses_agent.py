@@ -46,7 +46,7 @@ TOOLS: list[dict[str, Any]] = [
 ]
 
 
-def _agent(base_url: str, api_key: str, model: str, max_tokens: int) -> Any:
+def _agent(base_url: str, api_key: str, model: str, max_tokens: int, session: str | None = None) -> Any:
     import agents
 
     @agents.function_tool
@@ -59,7 +59,10 @@ def _agent(base_url: str, api_key: str, model: str, max_tokens: int) -> Any:
         """Get the current weather in a city."""
         return run_tool("get_weather", {"city": city})
 
-    client = openai.AsyncOpenAI(base_url=f"{base_url}/v1", api_key=api_key, max_retries=0, timeout=600)
+    headers = {"X-Session-Id": session} if session else None
+    client = openai.AsyncOpenAI(
+        base_url=f"{base_url}/v1", api_key=api_key, max_retries=0, timeout=600, default_headers=headers
+    )
     settings = agents.ModelSettings(temperature=0, max_tokens=max_tokens, tool_choice="required")
     return agents.Agent(
         name="door-agent",
@@ -72,9 +75,14 @@ def _agent(base_url: str, api_key: str, model: str, max_tokens: int) -> Any:
 
 
 def agents_transcript(
-    base_url: str, turns: int = 6, api_key: str = "unused", model: str = "default", max_tokens: int = 64
+    base_url: str,
+    turns: int = 6,
+    api_key: str = "unused",
+    model: str = "default",
+    max_tokens: int = 64,
+    session: str | None = None,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(rows, the input items of the last call)."""
+    """(rows, the input items of the last call); `session`: the X-Session-Id header."""
     import agents
 
     rows: list[dict[str, Any]] = []
@@ -98,7 +106,7 @@ def agents_transcript(
             )
 
     agents.set_tracing_disabled(True)
-    agent = _agent(base_url, api_key, model, max_tokens)
+    agent = _agent(base_url, api_key, model, max_tokens, session)
 
     async def run() -> None:
         # every call is forced to use a tool: the run ends by its turn limit

@@ -75,6 +75,62 @@ def _snippet(seq: Sequence[Any], offset: int, width: int = 24) -> str:
     return part if isinstance(part, str) else " ".join(str(u) for u in part)
 
 
+#: units a changed span must be followed by, matching the reference again, to count as a change
+#: (not new text): a chat turn's close alone (~5 tokens) never realigns a new question
+REALIGN_MIN = 16
+#: how far past the break the realignment is searched (units of the prompt)
+REALIGN_SCAN = 8192
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """A changed span: prompt[offset:resumes] replaced reference[offset:ref_resumes], after
+    which `realigned` units equal the reference again (what the change cost the cache)."""
+
+    offset: int
+    resumes: int
+    ref_resumes: int
+    realigned: int
+
+    @property
+    def end(self) -> int:
+        return self.resumes + self.realigned
+
+
+def realign(reference: Sequence[Any], prompt: Sequence[Any], offset: int) -> Change | None:
+    """Where `prompt`, diverging from `reference` at `offset`, matches it again for at least
+    REALIGN_MIN units (the first such place), or None: everything past the break is new."""
+    w = REALIGN_MIN
+    if len(prompt) - offset < w or len(reference) - offset < w:
+        return None
+    first: dict[Any, int] = {}
+    for j in range(len(reference) - w, offset - 1, -1):  # the earliest position wins
+        first[_window(reference, j, w)] = j
+    for i in range(offset, min(len(prompt) - w, offset + REALIGN_SCAN) + 1):
+        j = first.get(_window(prompt, i, w))
+        if j is not None:
+            run = common_prefix(reference[j:], prompt[i:])
+            return Change(offset, i, j, run)
+    return None
+
+
+#: a changed span is shown up to this many units
+SPAN_MAX = 64
+
+
+def _costly(change: Change, prompt: Sequence[Any]) -> bool:
+    """A change against the session's last prompt counts when what realigns after it is long
+    (a whole document or tool list) and longer than the span itself: a new task followed by
+    the same short instruction is new text, not a change."""
+    floor = REALIGN_MIN * (16 if isinstance(prompt, str) else 4)
+    return change.realigned >= max(floor, change.resumes - change.offset)
+
+
+def _window(seq: Sequence[Any], at: int, width: int) -> Any:
+    part = seq[at : at + width]
+    return part if isinstance(part, str) else tuple(part)
+
+
 @dataclass(frozen=True, slots=True)
 class Matches:
     """Uncapped matches of one prompt against a ledger, in the prompt's units."""
@@ -169,6 +225,7 @@ class SessionLedger:
         # Character mode only: (text, its token count as the server reported) for each
         # earlier prompt and prompt+output, to turn a character match into tokens.
         self._anchors: list[tuple[str, int]] = []
+        self._last: Sequence[Any] = ()  # the latest prompt+output recorded on any branch
 
     @property
     def render_units(self) -> Callable[[list[Any]], str] | None:
@@ -197,21 +254,43 @@ class SessionLedger:
         return min(self.matches(prompt).any, max(len(prompt) - 1, 0))
 
     def check(self, branch: int, prompt: Sequence[Any]) -> dict[str, Any] | None:
-        """The break (offset + snippets) if `prompt` does not extend what its branch expects."""
+        """The break (offset + snippets) if `prompt` does not extend what its branch expects.
+
+        A branch with nothing to extend yet (a new run of the session) is checked against the
+        session's last prompt+output, whichever run, request or door sent it: there a break is
+        reported only where the prompt matches that reference again after a changed span (a
+        changed system line before an unchanged document), as a new task is not a break. The
+        break carries `reference` ("branch" | "session") and, where found, `changed`: the span
+        that differs and how many units after it equal the reference again.
+        """
         with self._lock:
             expected = self._expected.get(branch)
+            last = self._last
         if expected is None:
             return None
-        offset = common_prefix(expected, prompt)
-        if offset == len(expected):
+        reference, kind = (expected, "branch") if len(expected) or not len(last) else (last, "session")
+        offset = common_prefix(reference, prompt)
+        if offset == len(reference):
+            return None
+        change = realign(reference, prompt, offset)
+        if kind == "session" and (change is None or not _costly(change, prompt)):
             return None
         unit = "chars" if isinstance(prompt, str) else "tokens"
-        return {
+        out: dict[str, Any] = {
             "offset": offset,
             "unit": unit,
-            "expected": self._text(expected, offset),
+            "expected": self._text(reference, offset),
             "got": self._text(prompt, offset),
+            "reference": kind,
         }
+        if change is not None:
+            out["changed"] = {
+                "expected": self._span(reference, offset, change.ref_resumes),
+                "got": self._span(prompt, offset, change.resumes),
+                "resumes": change.resumes,
+                "realigned": change.realigned,
+            }
+        return out
 
     def expected(self, branch: int) -> Sequence[Any] | None:
         """What the branch's next prompt must extend (None: nothing yet)."""
@@ -234,6 +313,7 @@ class SessionLedger:
             if len(output) and not isinstance(full, str):
                 self._ends.setdefault((salt, worker), set()).add((len(full), hash(tuple(full))))
             self._expected[branch] = full
+            self._last = full
 
     def add_anchor(self, text: str, tokens: int) -> None:
         with self._lock:
@@ -255,13 +335,18 @@ class SessionLedger:
         with self._lock:
             self._expected[branch] = prefix
 
-    def _text(self, seq: Sequence[Any], offset: int) -> str:
+    def _text(self, seq: Sequence[Any], offset: int, width: int = 24) -> str:
         if self._render is not None and not isinstance(seq, str):
             try:
-                return repr(self._render(list(seq[offset : offset + 24])))
+                return repr(self._render(list(seq[offset : offset + width])))
             except Exception:  # a snippet is cosmetic: never let it break a run
                 log.debug("snippet decode failed", exc_info=True)
-        return repr(_snippet(seq, offset))
+        return repr(_snippet(seq, offset, width))
+
+    def _span(self, seq: Sequence[Any], start: int, end: int) -> str:
+        """seq[start:end] as a snippet, at most SPAN_MAX units (then marked as cut)."""
+        text = self._text(seq, start, min(end - start, SPAN_MAX))
+        return text + (f" (+{end - start - SPAN_MAX} more)" if end - start > SPAN_MAX else "")
 
 
 @dataclass(frozen=True, slots=True)
@@ -307,7 +392,7 @@ class StepAccounting:
 
     def observe(self, ev: StepEvent) -> Account:
         brk = self.breaks.check(ev.branch, ev.sent)
-        expected = self.ideal.expected(ev.branch) if brk is not None else None
+        expected = self._expected(ev, brk)
         m = self.ideal.matches(ev.units, ev.salt, ev.worker)
         p = ev.served.prompt_tokens
         if isinstance(ev.units, str):  # characters (no tokenizer): convert to the server's tokens
@@ -318,6 +403,17 @@ class StepAccounting:
         ideal = min(m.any, max(p - 1, 0))
         self._remember(ev)
         return Account(max(ideal, 0), brk, miss)
+
+    def _expected(self, ev: StepEvent, brk: dict[str, Any] | None) -> Sequence[Any] | None:
+        """What extending the reference would have served, in the ideal ledger's units: the
+        branch's expectation, or (against the session's last prompt) up to the realigned end."""
+        if brk is None:
+            return None
+        if brk.get("reference") != "session":
+            return self.ideal.expected(ev.branch)
+        changed = brk["changed"]
+        end = changed["resumes"] + changed["realigned"]
+        return range(round(end * len(ev.units) / max(len(ev.sent), 1)))
 
     def _chars_to_tokens(
         self, ev: StepEvent, m: Matches, expected: Sequence[Any] | None

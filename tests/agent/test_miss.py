@@ -182,3 +182,64 @@ def test_template_rewrite_takes_the_prompt_change_and_names_the_turn() -> None:
     assert sum(account.miss.values()) == len(p2) - 100
     assert account.prefix_break is not None and account.prefix_break["cause"] == "template_rewrite"
     assert account.prefix_break["rewrites"] == [rewrite]
+
+
+def test_a_new_run_is_checked_against_the_sessions_last_prompt() -> None:
+    """Issue 35: two runs of one session; the second changes a system line before a document.
+    The tokens that would have been served but for the change are `prompt_change`, not `new`,
+    and the break shows the changing span."""
+    ledger = SessionLedger()
+    acc = StepAccounting(ledger)
+    head, doc = list(range(10)), list(range(1000, 1300))
+    run1 = head + [50] + doc + [60, 61]  # system line 50, the document, task 1
+    step(acc, run1, [70, 71], Served(len(run1), 0, 0))
+    ledger.expect(0, ())  # agent.start(): a new run, nothing of its own to extend yet
+    run2 = head + [51] + doc + [62, 63]  # the system line changed; then the same document
+    ev = StepEvent(0, run2, [1], run2, [1], Served(len(run2), 10, 0))
+    account = acc.observe(ev)
+    assert account.miss == {"prompt_change": 1 + len(doc), "new": 2}
+    brk = account.prefix_break
+    assert brk is not None and brk["offset"] == 10 and brk["reference"] == "session"
+    assert brk["changed"] == {"expected": "'50'", "got": "'51'", "resumes": 11, "realigned": len(doc)}
+
+
+def test_a_new_task_in_a_new_run_is_new_not_a_change() -> None:
+    ledger = SessionLedger()
+    acc = StepAccounting(ledger)
+    head = list(range(400))
+    step(acc, head + [60, 61, 5, 6, 7], [70], Served(405, 0, 0))
+    ledger.expect(0, ())
+    tail = list(range(2000, 2020))  # the chat template's fixed close after every task
+    step(acc, head + [60, 61] + tail, [1], Served(402, 0, 0))
+    ledger.expect(0, ())
+    run3 = head + [90, 91, 92] + tail
+    ev = StepEvent(0, run3, [1], run3, [1], Served(len(run3), 400, 0))
+    account = acc.observe(ev)
+    assert account.prefix_break is None  # a short fixed close realigning is not a change
+    assert account.miss == {"new": 3 + len(tail)}
+
+
+def test_a_changing_span_inside_a_branch_is_shown() -> None:
+    """The per-turn header case (a date near the start, every turn): the break shows the span."""
+    acc = StepAccounting(SessionLedger())
+    body = list(range(100, 160))
+    p1 = [1, 2, 3, 901] + body
+    step(acc, p1, [7, 8], Served(len(p1), 0, 0))
+    p2 = [1, 2, 3, 902, 903] + body + [7, 8, 9]
+    ev = StepEvent(0, p2, [5], p2, [5], Served(len(p2), 3, 0))
+    account = acc.observe(ev)
+    brk = account.prefix_break
+    assert brk is not None and brk["reference"] == "branch" and brk["offset"] == 3
+    assert brk["changed"] == {"expected": "'901'", "got": "'902 903'", "resumes": 5, "realigned": 62}
+    assert account.miss == {"prompt_change": len(p1) + 2 - 3, "new": len(p2) - len(p1) - 2}
+
+
+def test_the_same_offset_on_every_step_is_named() -> None:
+    from agent.trace_cli import cause_sentence
+
+    changed = {"expected": "'Mon'", "got": "'Tue'", "resumes": 5, "realigned": 900}
+    brk = {"offset": 4, "unit": "tokens", "piece": "system message line 1", "changed": changed}
+    records = [_record(i, {"prompt_change": 900, "new": 5}, brk) for i in (1, 2, 3)]
+    sentence = cause_sentence(records)
+    assert "system message line 1 changed ('Mon' -> 'Tue', 900 tokens after it unchanged)" in sentence
+    assert "the same offset (4) changed on every one of these 3 steps" in sentence

@@ -65,3 +65,37 @@ def test_changed_system_line_is_a_prompt_change(engine) -> None:
     assert second.prefix_break is not None and second.prefix_break["piece"] == "system message line 2"
     assert second.cached_tokens == second.prefix_break["offset"]
     assert second.miss.get("prompt_change", 0) > 0 and "unexplained" not in second.miss
+
+
+def test_a_changed_system_line_between_runs_is_a_prompt_change(engine) -> None:
+    """Issue 35: the second run of one session changes the system line before a document. The
+    session's last prompt is the reference, so the lost document is `prompt_change` (with the
+    changing span), not `new`; a third run that only asks another question has no break."""
+    doc = " ".join(f"Item {i} weighs {i * 7 % 13} kilograms." for i in range(60))
+    system = {"text": "Today is Monday. You add numbers with the add tool."}
+    agent = Agent(
+        connect(engine),
+        system=lambda: system["text"],
+        tools=[add],
+        documents=[("inventory", doc)],
+        tool_choice="required",
+        max_steps=1,
+        reflect=False,
+        sampling={"max_new_tokens": 16},
+        session_id="cross-run",
+        cache_salt="miss-real-3",
+    )
+    agent.run("What is 2 + 3?")
+    system["text"] = "Today is Tuesday. You add numbers with the add tool."
+    with pytest.warns(UserWarning):
+        second = agent.run("What is 4 + 5?").trace[0]
+    _check_sums([second])
+    brk = second.prefix_break
+    assert brk is not None and brk["reference"] == "session" and brk["piece"] == "system message line 1"
+    assert "Monday" in brk["changed"]["expected"] and "Tuesday" in brk["changed"]["got"]
+    assert brk["changed"]["realigned"] > 300  # the tool list and the whole document
+    assert second.miss["prompt_change"] >= brk["changed"]["realigned"]
+    assert second.miss.get("new", 0) < 40  # only the new question and the turn's close
+    third = agent.run("What is 6 + 7?").trace[0]
+    _check_sums([third])
+    assert third.prefix_break is None and "prompt_change" not in third.miss

@@ -172,6 +172,28 @@ def test_store_false_is_not_kept(client: openai.OpenAI) -> None:
         client.responses.retrieve(r.id)
 
 
+def test_a_twenty_turn_chain_never_drifts(client: openai.OpenAI) -> None:
+    """Issue 35: every turn of a 20-turn previous_response_id chain reads the whole previous
+    prompt and output from the cache (all but the output's last token, whose KV is never
+    computed): the earlier outputs are re-sent as the tokens generated, never re-tokenized."""
+    prev = None
+    for turn in range(20):
+        r = client.responses.create(
+            model=MODEL,
+            instructions=INSTRUCTIONS,
+            input=f"Turn {turn}: name a colour.",
+            previous_response_id=prev.id if prev is not None else None,
+            max_output_tokens=6,
+            temperature=0,
+        )
+        assert r.usage is not None
+        if prev is not None:
+            assert prev.usage is not None
+            whole = prev.usage.input_tokens + prev.usage.output_tokens - 1
+            assert r.usage.input_tokens_details.cached_tokens >= whole, (turn, r.usage, prev.usage)
+        prev = r
+
+
 @pytest.mark.parametrize(
     ("extra", "named"),
     [
@@ -182,6 +204,15 @@ def test_store_false_is_not_kept(client: openai.OpenAI) -> None:
         ({"input": [{"type": "image_generation_call"}]}, "image_generation_call"),
         ({"input": [{"type": "function_call", "name": "add"}]}, "call_id"),
         ({"input": [{"role": "user", "content": [{"type": "input_image"}]}]}, "input_image"),
+        (
+            {"input": [{"role": "user", "content": [{"type": "input_text", "text": "hi", "x_pad": 1}]}]},
+            "x_pad",
+        ),
+        (
+            {"input": [{"type": "function_call_output", "call_id": "c", "output": "1", "x_extra": 2}]},
+            "x_extra",
+        ),
+        ({"prompt_cache_retention": 5}, "prompt_cache_retention"),
     ],
 )
 def test_what_cannot_be_honoured_is_a_400_naming_it(server: Any, extra: dict[str, Any], named: str) -> None:

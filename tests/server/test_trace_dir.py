@@ -107,3 +107,59 @@ def test_openai_client_gets_the_trace(engine: object, tmp_path: Path) -> None:
     assert steps[2].miss == {"prompt_change": 32, "new": 1}
     for r in steps:
         assert sum(r.miss.values()) == r.prompt_tokens - r.cached_tokens
+
+
+@pytest.mark.slow
+def test_a_per_request_header_is_named_on_every_turn(engine: object, tmp_path: Path) -> None:
+    """Issue 35: a client that puts a per-request value (a hash) at the start of its system
+    prompt misses the cache on every turn. The trace names it: `prompt_change` at the same
+    offset on every turn, with the changing span; the Messages door's conversations
+    (`metadata.user_id`) are traced the same way."""
+    import anthropic
+    import openai
+    from server_util import LiveServer
+
+    from agent.trace_cli import cause_sentence
+    from runtime.server import ServerArgs, create_app
+
+    rules = " ".join(f"Rule {i}: answer in at most {i + 3} words." for i in range(12))
+    with LiveServer(create_app(engine, ServerArgs(trace_dir=str(tmp_path)))) as live:
+        client = openai.OpenAI(base_url=f"{live.url}/v1", api_key="none", max_retries=0)
+        claude = anthropic.Anthropic(base_url=live.url, api_key="none", max_retries=0)
+        history: list[dict] = []
+        for turn in range(3):
+            system = f"x-request-hash: {turn * 7919:08x}. {rules}"
+            history.append({"role": "user", "content": f"Say a word about the number {turn}."})
+            for door in ("chat", "messages"):
+                if door == "chat":
+                    r = client.chat.completions.create(
+                        model="default",
+                        messages=[{"role": "system", "content": system}, *history],
+                        max_tokens=4,
+                        temperature=0,
+                        extra_body={"prompt_cache_key": "hdr-chat"},
+                    )
+                    answer = r.choices[0].message.content or ""
+                else:
+                    claude.messages.create(
+                        model="default",
+                        system=system,
+                        messages=history,
+                        max_tokens=4,
+                        metadata={"user_id": "hdr-messages"},
+                    )
+            history.append({"role": "assistant", "content": answer})
+    # the Messages door keeps each API key's cache apart: its trace is in that tenant's file
+    steps = [r for f in sorted(tmp_path.glob("*.jsonl")) for r in lines(f)]
+    for session in ("hdr-chat", "hdr-messages"):
+        mine = [r for r in steps if r.session_id == session]
+        assert len(mine) == 3
+        later = mine[1:]
+        offsets = {r.prefix_break["offset"] for r in later if r.prefix_break}
+        assert len(offsets) == 1 and len(later) == 2, [r.prefix_break for r in later]
+        for r in later:
+            changed = r.prefix_break["changed"]
+            assert changed["realigned"] > 100 and "Rule 0" not in changed["got"]
+            assert r.miss["prompt_change"] >= changed["realigned"], r.miss
+            assert sum(r.miss.values()) == r.prompt_tokens - r.cached_tokens
+        assert "the same offset" in cause_sentence(later)

@@ -20,6 +20,10 @@ class ThinkingConfig(_Strict):
     type: Literal["disabled"]  # no Anthropic-style thinking budget: "enabled" is refused by name
 
 
+class Metadata(_Strict):
+    user_id: str | None = Field(default=None, max_length=4096)  # names the trace session
+
+
 class Diagnostics(_Strict):
     previous_message_id: str | None = None
 
@@ -41,7 +45,7 @@ class MessagesRequest(CountTokensRequest):
     temperature: float | None = Field(default=None, ge=0, le=1)
     top_p: float | None = Field(default=None, gt=0, le=1)
     top_k: int | None = Field(default=None, ge=1)
-    metadata: dict[str, Any] | None = None
+    metadata: Metadata | None = None
     stream: bool = False
     service_tier: Literal["auto", "standard_only"] | None = None
     diagnostics: Diagnostics | None = None

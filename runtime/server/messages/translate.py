@@ -123,7 +123,7 @@ def chat_request(req: CountTokensRequest, salt: str | None = None) -> ChatComple
         fields.update(prefix_cache=req.prefix_cache)
         if req.session_id is not None:
             fields["session_id"] = req.session_id
-        user = (req.metadata or {}).get("user_id")
+        user = req.metadata.user_id if req.metadata is not None else None
         if user is not None:  # Claude-style clients name the conversation here: the trace session
             fields["user"] = str(user)
             fields["prompt_cache_key"] = str(user)[:256]

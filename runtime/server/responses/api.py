@@ -104,7 +104,9 @@ def responses_router(state: ServerState, chat: Chat) -> APIRouter:
         prior = _prior(store, tenant, req)
         context = prior.context() if prior is not None else []
         rid = shape.new_id("resp")
-        session = req.prompt_cache_key or (prior.chain if prior is not None else rid)
+        # the trace's session: the client's name for it (key, then header), else the chain
+        named = req.prompt_cache_key or request.headers.get("x-session-id")
+        session = named or (prior.chain if prior is not None else rid)
         items = tuple(input_items(req))
 
         def keep(response: dict[str, Any]) -> None:

@@ -1,7 +1,7 @@
 """Request body of `POST /v1/responses` (pydantic, strict, unknown fields are a 400 naming them).
 
-Only the request shape is here; the routes, the token store and the event stream are not built yet
-(issue 35). Tool types other than `function` are refused by name, as the issue requires.
+Only the request shape is here (the routes: api.py). Tool types other than `function` are refused by
+name; items and parts are checked key by key in translate.py.
 """
 
 from __future__ import annotations
@@ -78,6 +78,7 @@ class ResponsesRequest(BaseModel):
     session_id: str | None = Field(default=None, min_length=1, max_length=256)
     prefix_cache: bool = True
     reasoning: ReasoningOptions | None = None
+    service_tier: Literal["auto", "default", "flex", "priority", "scale"] | None = None
 
     @model_validator(mode="after")
     def _one_constraint(self) -> ResponsesRequest:

@@ -77,7 +77,7 @@ def head(rid: str, req: ResponsesRequest, model: str) -> dict[str, Any]:
         "model": model,
         "parallel_tool_calls": req.parallel_tool_calls is not False,
         "previous_response_id": req.previous_response_id,
-        "reasoning": {"effort": None, "summary": None},
+        "reasoning": {"effort": req.reasoning.effort if req.reasoning else None, "summary": None},
         "store": req.store,
         "temperature": req.temperature,
         "text": req.text or {"format": {"type": "text"}},
@@ -88,6 +88,7 @@ def head(rid: str, req: ResponsesRequest, model: str) -> dict[str, Any]:
         "user": req.user,
         "metadata": req.metadata or {},
         "prompt_cache_key": req.prompt_cache_key,
+        "service_tier": "default",  # one tier here, whichever was asked
     }
 
 

@@ -1,8 +1,9 @@
 """Responses input items -> the chat-completions body that /v1/chat/completions already serves.
 
 So tool calls go through the same tool templates, grammar-forced JSON arguments, reasoning parser and
-GenerationRequest path as chat. An item or part this cannot carry is a ValueError naming it (a 400).
-Not wired to a route yet; `previous_response_id` continues from stored tokens, not from here.
+GenerationRequest path as chat. An item, part or key this cannot carry is a ValueError naming it
+(a 400). `previous_response_id` prepends the stored chain's items (runtime/server/responses/store.py);
+the chat path re-sends earlier outputs as the tokens generated (runtime/server/reasoning_history.py).
 """
 
 from __future__ import annotations
@@ -12,6 +13,21 @@ from typing import Any
 from runtime.server.responses.models import ResponsesRequest
 
 _TEXT_PARTS = ("input_text", "output_text", "text")
+#: the keys each part and item may carry: what clients send back (ids, status, annotations,
+#: logprobs, OpenAI's cache breakpoint) is taken; anything else is a 400 naming it
+_PART_KEYS = {"type", "text", "annotations", "logprobs", "prompt_cache_breakpoint"}
+_ITEM_KEYS = {
+    "message": {"type", "role", "content", "id", "status"},
+    "function_call": {"type", "call_id", "name", "arguments", "id", "status"},
+    "function_call_output": {"type", "call_id", "output", "id", "status"},
+    "reasoning": {"type", "id", "summary", "content", "encrypted_content", "status"},
+}
+
+
+def _known(obj: dict[str, Any], allowed: set[str], where: str) -> None:
+    extra = sorted(set(obj) - allowed)
+    if extra:
+        raise ValueError(f"{where}: {', '.join(map(repr, extra))} not supported here")
 
 
 def _text(content: Any, where: str) -> str:
@@ -20,10 +36,11 @@ def _text(content: Any, where: str) -> str:
     if not isinstance(content, list):
         raise ValueError(f"{where}: content must be a string or a list of parts")
     texts = []
-    for part in content:
+    for j, part in enumerate(content):
         kind = part.get("type") if isinstance(part, dict) else None
         if kind not in _TEXT_PARTS:
             raise ValueError(f"{where}: content part type {kind!r} is not supported here")
+        _known(part, _PART_KEYS, f"{where}.content[{j}]")
         texts.append(str(part.get("text", "")))
     return "".join(texts)
 
@@ -31,6 +48,8 @@ def _text(content: Any, where: str) -> str:
 def _item_message(item: dict[str, Any], i: int, messages: list[dict[str, Any]]) -> None:
     kind = item.get("type", "message")
     where = f"input[{i}]"
+    if kind in _ITEM_KEYS:
+        _known(item, _ITEM_KEYS[kind], where)
     if kind == "message":
         role = item.get("role")
         if role not in ("user", "assistant", "system", "developer"):
