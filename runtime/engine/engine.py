@@ -264,13 +264,17 @@ class Engine:
         return GrammarMatcher.compile(self.tokenizer, sp.json_schema, sp.regex, ebnf=sp.ebnf, lark=sp.lark)
 
     # ---- control ----------------------------------------------------------------------
-    def abort_request(self, rid: str = "", abort_all: bool = False, exact: bool = False) -> int:
+    def abort_request(
+        self, rid: str = "", abort_all: bool = False, exact: bool = False, cache_salt: Salt = None
+    ) -> int:
         """SGLang's abort: requests whose rid starts with `rid` (or all, with `abort_all`) stop at the
         next step; their callers get `finish_reason {"type": "abort"}` and the KV computed so far
-        goes into the tree, as SGLang does. Returns how many requests were marked."""
+        goes into the tree, as SGLang does. Returns how many requests were marked. `cache_salt`:
+        only requests under that salt (a tenant aborting its own)."""
         if not abort_all and not rid:
             raise InvalidRequest("rid: give the request id to abort (or abort_all)")
-        return self.scheduler.abort(rid, abort_all, exact)
+        namespace = namespace_key(cache_salt) if cache_salt is not None else None
+        return self.scheduler.abort(rid, abort_all, exact, namespace)
 
     def update_weights_from_disk(
         self,

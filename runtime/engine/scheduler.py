@@ -187,13 +187,20 @@ class Scheduler:
             self._drain_inbox()
             self._fail_all(EngineClosed("the engine was shut down"))
 
-    def abort(self, rid: str, abort_all: bool = False, exact: bool = False) -> int:
+    def abort(
+        self, rid: str, abort_all: bool = False, exact: bool = False, namespace: str | None = None
+    ) -> int:
         """Mark requests aborted: every live one with `abort_all`, else those whose rid starts with
         `rid` (SGLang's match, so one call stops a batch's `rid_0`, `rid_1`, ...). The loop releases
         them at its next step boundary. Returns how many were marked. `exact`: only the request
-        whose rid is `rid` (internal aborts: a client leaving must never stop `rid`-prefixed ones)."""
+        whose rid is `rid` (internal aborts: a client leaving must never stop `rid`-prefixed ones).
+        `namespace`: only requests in that cache namespace (a tenant's abort)."""
         with self._live_lock:
-            hits = [r for r in self.live.values() if abort_all or _rid_hit(r.rid, rid, exact)]
+            hits = [
+                r
+                for r in self.live.values()
+                if (abort_all or _rid_hit(r.rid, rid, exact)) and namespace in (None, r.namespace)
+            ]
         for req in hits:
             req.aborted = True
         if hits:

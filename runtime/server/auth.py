@@ -6,6 +6,9 @@ weights, flush the cache, abort requests) need the admin key.
 - `--api-key` set and no admin key: those paths are refused (403) for everyone: an ordinary key
   holder is a tenant, never an admin.
 - neither set: an open server (a local one); everything is open, as before.
+
+`/abort_request` is also a tenant's: without the admin role it must name a `cache_salt` and
+reaches only requests in that salt's namespace (a rid prefix or `abort_all` included).
 """
 
 from __future__ import annotations
@@ -18,6 +21,11 @@ from runtime.server.errors import error_response
 
 #: endpoints whose effect reaches every tenant
 ADMIN_PATHS = frozenset({"/update_weights_from_disk", "/flush_cache", "/abort_request"})
+#: admin paths a tenant may call for its own tenant only: the route reads `ADMIN_SCOPE` and
+#: narrows the effect to the caller's `cache_salt` (runtime/server/control.py)
+TENANT_SCOPED = frozenset({"/abort_request"})
+#: scope["state"] key: whether this request holds the admin role (set by AdminGate)
+ADMIN_SCOPE = "radixagent_admin"
 
 
 def bearer(scope: Scope) -> bytes | None:
@@ -42,7 +50,12 @@ class AdminGate:
         self.key = admin_key.encode() if admin_key is not None else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] not in ADMIN_PATHS or is_admin(scope, self.key):
+        if scope["type"] != "http" or scope["path"] not in ADMIN_PATHS:
+            await self.app(scope, receive, send)
+            return
+        admin = is_admin(scope, self.key)
+        if admin or scope["path"] in TENANT_SCOPED:
+            scope.setdefault("state", {})[ADMIN_SCOPE] = admin
             await self.app(scope, receive, send)
             return
         why = "needs the admin key" if self.key is not None else "is disabled: no --admin-api-key is set"

@@ -27,6 +27,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from runtime.errors import Busy, InvalidRequest
+from runtime.server.auth import ADMIN_SCOPE
 from runtime.server.errors import ApiError
 from runtime.server.schemas import AbortRequestBody, UpdateWeightsFromDiskBody
 from runtime.server.state import ServerState
@@ -49,12 +50,29 @@ def _failed(status: int, message: str) -> JSONResponse:
 log = logging.getLogger("radixagent.server")
 
 
+def _abort_scope(state: ServerState, req: AbortRequestBody, request: Request) -> str | None:
+    """The salt an abort is confined to. The admin (and anyone on a server without keys) may
+    abort across tenants, or name a salt; a tenant must name its own `cache_salt` and reaches
+    only requests under it (403 without one: SGLang's rid prefix would reach other tenants')."""
+    admin = request.scope.get("state", {}).get(ADMIN_SCOPE)
+    if admin is False and req.cache_salt is None:
+        raise ApiError(
+            403,
+            "/abort_request needs the admin key, or a cache_salt: a tenant aborts only its own requests",
+            "permission_error",
+        )
+    if state.args.require_cache_salt and not admin and not req.cache_salt:
+        raise ApiError(400, "cache_salt is required by this server (--require-cache-salt)")
+    return req.cache_salt
+
+
 def control_router(state: ServerState) -> APIRouter:
     r = APIRouter()
 
     @r.post("/abort_request")
-    async def abort_request(req: AbortRequestBody) -> Response:
-        await state.bridge.call(state.engine.abort_request, req.rid, req.abort_all)
+    async def abort_request(req: AbortRequestBody, request: Request) -> Response:
+        salt = _abort_scope(state, req, request)
+        await state.bridge.call(state.engine.abort_request, req.rid, req.abort_all, False, salt)
         if state.metrics is not None:
             state.metrics.aborted(1)
         return Response(status_code=200)

@@ -411,6 +411,9 @@ class AbortRequestBody(_Request):
 
     rid: str = ""
     abort_all: bool = False
+    #: our extension: only requests in this salt's cache namespace (a tenant's own; required
+    #: without the admin role on a server with keys)
+    cache_salt: str | None = Field(default=None, max_length=limits.MAX_SALT_CHARS)
 
 
 class UpdateWeightsFromDiskBody(_Request):

@@ -61,7 +61,13 @@ def test_break_offsets_and_declared_rollbacks():
     text = SessionLedger()
     text.record(0, "hello world", "!")
     brk = text.check(0, "hello there")
-    assert brk == {"offset": 6, "unit": "chars", "expected": "'world!'", "got": "'there'", "reference": "branch"}
+    assert brk == {
+        "offset": 6,
+        "unit": "chars",
+        "expected": "'world!'",
+        "got": "'there'",
+        "reference": "branch",
+    }
 
 
 def _schema_system(orders):

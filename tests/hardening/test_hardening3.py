@@ -194,3 +194,56 @@ def test_logit_bias_and_stop_are_capped(hardening_client: Any, extra: dict[str, 
     body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, **extra}
     r = hardening_client.post("/v1/chat/completions", json=body)
     assert r.status_code == 400 and limit in r.text and "limit" in r.text, r.text
+
+
+def _run_salted(engine: Any, rid: str, salt: str, out: dict[str, Any]) -> threading.Thread:
+    params = {"max_new_tokens": 400, "temperature": 0.0, "ignore_eos": True}
+    worker = threading.Thread(
+        target=lambda: out.setdefault(
+            rid, engine.generate(prompt="count", sampling_params=params, rid=rid, cache_salt=salt)
+        )
+    )
+    worker.start()
+    return worker
+
+
+def _running(engine: Any, rid: str) -> None:
+    deadline = time.monotonic() + 30
+    while not any(r.rid == rid for r in list(engine.scheduler.live.values())):
+        assert time.monotonic() < deadline, "the request never started"
+        time.sleep(0.01)
+
+
+def test_a_tenant_abort_reaches_only_its_own_salt(small_engine: Any) -> None:
+    """Class 3: a tenant's abort (prefix, abort_all) never stops another tenant's request."""
+    out: dict[str, Any] = {}
+    worker = _run_salted(small_engine, "job-7", "tenant-a", out)
+    _running(small_engine, "job-7")
+    assert small_engine.abort_request("job", cache_salt="tenant-b") == 0
+    assert small_engine.abort_request(abort_all=True, cache_salt="tenant-b") == 0
+    assert small_engine.abort_request("j", cache_salt="tenant-a") == 1
+    worker.join(60)
+    assert out["job-7"]["meta_info"]["finish_reason"]["type"] == "abort"
+
+
+def test_abort_request_over_http_is_scoped_to_the_callers_salt(small_engine: Any) -> None:
+    tenant = {"Authorization": "Bearer k"}
+    with _server(small_engine, api_key="k") as live:
+        out: dict[str, Any] = {}
+        worker = _run_salted(small_engine, "run-1", "tenant-a", out)
+        _running(small_engine, "run-1")
+        for body in ({"abort_all": True, "cache_salt": "tenant-b"}, {"rid": "r", "cache_salt": "tenant-b"}):
+            r = httpx.post(live.url + "/abort_request", json=body, headers=tenant, timeout=60)
+            assert r.status_code == 200, r.text
+        r = httpx.post(live.url + "/abort_request", json={"abort_all": True}, headers=tenant, timeout=60)
+        assert r.status_code == 403 and "cache_salt" in r.text, r.text
+        time.sleep(0.2)
+        assert worker.is_alive() and "run-1" not in out  # nothing above reached tenant a
+        body = {"rid": "run", "cache_salt": "tenant-a"}
+        r = httpx.post(live.url + "/abort_request", json=body, headers=tenant, timeout=60)
+        assert r.status_code == 200, r.text
+        worker.join(60)
+        assert out["run-1"]["meta_info"]["finish_reason"]["type"] == "abort"
+    with _server(small_engine, require_cache_salt=True) as live:
+        r = httpx.post(live.url + "/abort_request", json={"abort_all": True}, timeout=60)
+        assert r.status_code == 400 and "cache_salt" in r.text, r.text
