@@ -5,9 +5,12 @@
 Stages, one after the other, each bounded in time (a stage that fails or overruns is reported,
 and the next still runs):
   fuzz       pytest tests/hardening/test_fuzz.py with RADIXAGENT_FUZZ_LONG=1 (--quick: the fast mode)
-  requests   pytest tests/hardening/test_fuzz_requests.py (same modes) against a `radixagent serve`
-             subprocess: grammars and schemas ($ref chains and cycles, depth, size, regexes),
-             conflicting framing headers, nested message fields; server alive and RSS after
+  requests   pytest tests/hardening/test_fuzz_requests.py (same modes) against a `radixagent serve
+             --trace-dir` subprocess: grammars and schemas ($ref chains and cycles, depth, size,
+             regexes) in every field that carries one (tools on chat, Responses and Messages too),
+             conflicting framing headers, nested message fields, this round's endpoints (Responses,
+             Messages, stored responses, aborts, weights, logprobs with n), the trace directory under
+             a new session and salt per request; server alive, RSS and open fds after
   soak       evals.soak: 32 sessions for 3 minutes (--quick: 8 sessions, 20 s)
   isolation  evals.isolation against `radixagent serve --require-cache-salt` (--quick: fewer samples)
   faults     pytest tests/hardening/test_faults.py (--quick: without the SIGTERM test, which loads
@@ -133,6 +136,8 @@ def run_requests(cfg: StressConfig, out: Path) -> dict[str, Any]:
         "crashes": found.get("crashes"),
         "rss_before_mib": found.get("rss_before_mib"),
         "rss_after_mib": found.get("rss_after_mib"),
+        "fds_before": found.get("fds_before"),
+        "fds_after": found.get("fds_after"),
         "tests": _counts(text),
         "timed_out": rc is None,
         "seconds": round(time.monotonic() - started, 1),
@@ -314,7 +319,8 @@ def _detail(name: str, stage: dict[str, Any]) -> str:
     if name == "requests":
         return (
             f"{stage['mode']} mode, statuses {stage['statuses']}, crashes {stage['crashes']}, server RSS "
-            f"{stage['rss_before_mib']} -> {stage['rss_after_mib']} MiB"
+            f"{stage['rss_before_mib']} -> {stage['rss_after_mib']} MiB, open fds "
+            f"{stage.get('fds_before')} -> {stage.get('fds_after')}"
         )
     if name == "soak":
         return (

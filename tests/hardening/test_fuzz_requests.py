@@ -42,6 +42,10 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _fds(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
 def _rss_mib(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -74,6 +78,8 @@ class Served:
             "2",
             "--log-level",
             "warning",
+            "--trace-dir",
+            str(log.parent / "trace"),
         ]
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         self.log = log.open("wb")
@@ -120,6 +126,13 @@ class Tally:
     def total(self) -> int:
         return sum(self.statuses.values())
 
+    def family(self, served: Served) -> Iterator[None]:
+        """Each family checks its own answers: run alone, it still fails on a 5xx or a crash."""
+        seen = len(self.server_errors)
+        yield
+        assert not self.server_errors[seen:], "\n".join(self.server_errors[seen:][:20])
+        assert served.proc.poll() is None, "the server process died"
+
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
@@ -135,7 +148,12 @@ def tally() -> Tally:
 
 @pytest.fixture(scope="module")
 def rss(served: Served) -> dict[str, float]:
-    return {"before": _rss_mib(served.proc.pid)}
+    return {"before": _rss_mib(served.proc.pid), "fds_before": _fds(served.proc.pid)}
+
+
+@pytest.fixture
+def family(served: Served, tally: Tally) -> Iterator[None]:
+    yield from tally.family(served)
 
 
 # ---- generators ----------------------------------------------------------------------------------
@@ -230,11 +248,17 @@ def nested_chat(rng: random.Random) -> dict[str, Any]:
 
 def _post(client: httpx.Client, tally: Tally, path: str, body: Any, deep: str = "") -> None:
     raw = json.dumps(body).replace(json.dumps(DEEP), deep).encode()
-    r = client.post(path, content=raw, headers={**AUTH, "content-type": "application/json"})
+    try:
+        r = client.post(path, content=raw, headers={**AUTH, "content-type": "application/json"})
+    except (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError):
+        # a body over --max-request-bytes is answered 413 and the connection closed mid-upload
+        assert len(raw) > MAX_BODY, f"{path}: connection dropped on a {len(raw)}-byte body"
+        tally.record("closed", path)
+        return
     tally.record(r.status_code, f"{path} {raw[:200]!r}", r.content)
 
 
-def test_grammars_and_schemas(served: Served, tally: Tally, rss: dict[str, float]) -> None:
+def test_grammars_and_schemas(served: Served, tally: Tally, rss: dict[str, float], family: None) -> None:
     rng = random.Random(None if LONG else 17)
     with httpx.Client(base_url=served.url, timeout=120) as client:
         for _ in range(CASES):
@@ -356,7 +380,7 @@ def random_framing(rng: random.Random) -> bytes:
     return b"\r\n".join(headers) + b"\r\n\r\n" + payload
 
 
-def test_conflicting_framing_headers(served: Served, tally: Tally) -> None:
+def test_conflicting_framing_headers(served: Served, tally: Tally, family: None) -> None:
     rng = random.Random(None if LONG else 23)
     for _ in range(CASES):
         data = random_framing(rng)
@@ -367,7 +391,7 @@ def test_conflicting_framing_headers(served: Served, tally: Tally) -> None:
         tally.record(status, repr(garbage), body)
 
 
-def test_nested_message_fields(served: Served, tally: Tally) -> None:
+def test_nested_message_fields(served: Served, tally: Tally, family: None) -> None:
     rng = random.Random(None if LONG else 29)
     with httpx.Client(base_url=served.url, timeout=120) as client:
         for _ in range(CASES):
@@ -375,6 +399,173 @@ def test_nested_message_fields(served: Served, tally: Tally) -> None:
             _post(client, tally, "/v1/chat/completions", nested_chat(rng), deep_json(rng, depth))
         for depth in (100, 1000, 5000):
             _post(client, tally, "/generate", {"text": "hi", "session_params": DEEP}, deep_json(rng, depth))
+
+
+def random_tools_body(rng: random.Random) -> tuple[str, dict[str, Any]]:
+    """A user schema in every field that carries one on the front doors: chat `tools`,
+    Responses `tools` and `text.format`, Messages `tools[].input_schema` and `output_config`."""
+    schema = random_schema(rng)
+    many = rng.random() < 0.1 and len(json.dumps(schema)) < 200  # 5,000 small tools, not 5,000 big ones
+    count = rng.choice([2, 300, 5000]) if many else 1
+    door = rng.choice(["chat", "responses", "responses_text", "messages", "messages_format", "count"])
+    if door == "chat":
+        tools = [
+            {"type": "function", "function": {"name": f"f{i}", "parameters": schema}} for i in range(count)
+        ]
+        body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "tools": tools}
+        return "/v1/chat/completions", {**body, "tool_choice": rng.choice(["auto", "required", "none"])}
+    if door == "responses":
+        tools = [{"type": "function", "name": f"f{i}", "parameters": schema} for i in range(count)]
+        return "/v1/responses", {
+            "input": "hi",
+            "max_output_tokens": 2,
+            "tools": tools,
+            "tool_choice": "required",
+        }
+    if door == "responses_text":
+        fmt = {"type": "json_schema", "name": "x", "schema": schema}
+        return "/v1/responses", {"input": "hi", "max_output_tokens": 2, "text": {"format": fmt}}
+    msgs = [{"role": "user", "content": "hi"}]
+    tools = [{"name": f"f{i}", "input_schema": schema} for i in range(count)]
+    if door == "messages_format":
+        body = {"model": "m", "max_tokens": 2, "messages": msgs}
+        return "/v1/messages", {
+            **body,
+            "output_config": {"format": {"type": "json_schema", "schema": schema}},
+        }
+    if door == "count":
+        return "/v1/messages/count_tokens", {"model": "m", "messages": msgs, "tools": tools}
+    body = {"model": "m", "max_tokens": 2, "messages": msgs, "tools": tools}
+    return "/v1/messages", {**body, "tool_choice": rng.choice([{"type": "any"}, {"type": "auto"}])}
+
+
+def test_tool_schemas_on_every_door(served: Served, tally: Tally, family: None) -> None:
+    rng = random.Random(None if LONG else 31)
+    with httpx.Client(base_url=served.url, timeout=120) as client:
+        for _ in range(CASES):
+            path, body = random_tools_body(rng)
+            _post(client, tally, path, body)
+
+
+def _junk(rng: random.Random) -> Any:
+    return rng.choice([None, 0, -1, 1e308, "", "x" * 5000, [], {}, [{}], {"type": 5}, True, "\ud800"])
+
+
+def random_door_body(rng: random.Random) -> tuple[str, str, Any]:
+    """(method, path, body) for this round's endpoints, valid-looking with one part broken."""
+    kind = rng.choice(["responses", "messages", "stored", "control", "logprobs"])
+    if kind == "responses":
+        item = rng.choice(
+            [
+                {"type": "function_call", "call_id": _junk(rng), "name": "f", "arguments": _junk(rng)},
+                {"type": "function_call_output", "call_id": "c", "output": _junk(rng)},
+                {"type": "reasoning", "summary": _junk(rng)},
+                {
+                    "role": rng.choice(["user", "tool", "x"]),
+                    "content": [{"type": "input_text", "text": _junk(rng)}],
+                },
+                {"type": _junk(rng)},
+            ]
+        )
+        body = {"input": [item], "max_output_tokens": rng.choice([1, 2, 0, -1])}
+        extra = rng.choice(
+            [
+                {},
+                {"previous_response_id": rng.choice(["resp_x", "", "../..", "x" * 10_000])},
+                {"include": [_junk(rng)]},
+                {"truncation": _junk(rng)},
+                {"reasoning": {"effort": _junk(rng)}},
+                {"stream": True},
+                {"prompt_cache_key": _junk(rng)},
+            ]
+        )
+        return "POST", "/v1/responses", {**body, **extra}
+    if kind == "messages":
+        block = rng.choice(
+            [
+                {"type": "tool_use", "id": _junk(rng), "name": "f", "input": _junk(rng)},
+                {"type": "tool_result", "tool_use_id": "t", "content": _junk(rng), "is_error": _junk(rng)},
+                {"type": "thinking", "thinking": _junk(rng)},
+                {"type": "text", "text": _junk(rng), "cache_control": _junk(rng)},
+                {"type": _junk(rng)},
+            ]
+        )
+        role = rng.choice(["user", "assistant"])
+        body = {
+            "model": "m",
+            "max_tokens": rng.choice([1, 2, 0]),
+            "messages": [{"role": role, "content": [block]}],
+        }
+        extra = rng.choice(
+            [
+                {},
+                {"system": _junk(rng)},
+                {"metadata": {"user_id": _junk(rng)}},
+                {"diagnostics": {"previous_message_id": _junk(rng)}},
+                {"stop_sequences": [_junk(rng)]},
+                {"stream": True},
+            ]
+        )
+        return "POST", rng.choice(["/v1/messages", "/v1/messages/count_tokens"]), {**body, **extra}
+    if kind == "stored":
+        rid = rng.choice(["resp_x", "x" * 5000, "%2e%2e", "resp_" + "0" * 24])
+        method = rng.choice(["GET", "DELETE"])
+        return method, f"/v1/responses/{rid}" + rng.choice(["", "/input_items"]), None
+    if kind == "control":
+        path, body = rng.choice(
+            [
+                ("/abort_request", {"rid": _junk(rng), "cache_salt": _junk(rng)}),
+                ("/abort_request", {"abort_all": True}),
+                (
+                    "/update_weights_from_disk",
+                    {"model_path": rng.choice(["/dev/zero", "/", "x", "/proc/self/mem"])},
+                ),
+                ("/flush_cache", None),
+            ]
+        )
+        return "POST", path, body
+    body = {
+        "text": "hi",
+        "return_logprob": True,
+        "top_logprobs_num": rng.choice([0, 5, 50, 10_000]),
+        "sampling_params": {"max_new_tokens": 2, "n": rng.choice([1, 4, 16, 100])},
+        "logprob_start_len": rng.choice([0, -1, 10_000]),
+    }
+    return "POST", "/generate", body
+
+
+def test_new_endpoints(served: Served, tally: Tally, family: None) -> None:
+    rng = random.Random(None if LONG else 37)
+    with httpx.Client(base_url=served.url, timeout=120) as client:
+        for _ in range(CASES):
+            method, path, body = random_door_body(rng)
+            raw = json.dumps(body).encode() if body is not None else b""
+            r = client.request(
+                method, path, content=raw, headers={**AUTH, "content-type": "application/json"}
+            )
+            tally.record(
+                r.status_code, f"{method} {path} {raw[:200]!r}", r.content if r.status_code >= 400 else b""
+            )
+
+
+def test_trace_dir_under_many_sessions_and_salts(served: Served, tally: Tally, family: None) -> None:
+    """Every request names a new session, half under a new salt: files and fds stay bounded."""
+    rng = random.Random(None if LONG else 41)
+    with httpx.Client(base_url=served.url, timeout=120) as client:
+        for i in range(CASES * 3):
+            body: dict[str, Any] = {"text": f"s{i}", "sampling_params": {"max_new_tokens": 1}}
+            body["session_params"] = {"id": f"sess-{rng.random()}"} if i % 3 == 0 else None
+            if i % 2:
+                body["cache_salt"] = f"salt-{i}-{rng.random()}"
+            headers = {**AUTH, "X-Session-Id": f"h-{i}"}
+            r = client.post(
+                "/generate", json={k: v for k, v in body.items() if v is not None}, headers=headers
+            )
+            tally.record(r.status_code, f"trace {i}", r.content if r.status_code >= 400 else b"")
+    info = httpx.get(f"{served.url}/get_server_info", headers=AUTH, timeout=30).json()
+    trace = info["trace_dir"]
+    assert trace["open_files"] <= 64, trace
+    assert _fds(served.proc.pid) < 200
 
 
 def test_server_survived(served: Served, tally: Tally, rss: dict[str, float]) -> None:
@@ -394,6 +585,8 @@ def test_server_survived(served: Served, tally: Tally, rss: dict[str, float]) ->
         "crashes": 0 if served.proc.poll() is None else 1,
         "rss_before_mib": round(rss["before"], 1),
         "rss_after_mib": round(_rss_mib(served.proc.pid), 1),
+        "fds_before": rss["fds_before"],
+        "fds_after": _fds(served.proc.pid),
     }
     print(f"\nfuzz-requests: {json.dumps(summary)}")
     assert not tally.server_errors, "\n".join(tally.server_errors[:20])

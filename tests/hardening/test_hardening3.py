@@ -247,3 +247,36 @@ def test_abort_request_over_http_is_scoped_to_the_callers_salt(small_engine: Any
     with _server(small_engine, require_cache_salt=True) as live:
         r = httpx.post(live.url + "/abort_request", json={"abort_all": True}, timeout=60)
         assert r.status_code == 400 and "cache_salt" in r.text, r.text
+
+
+def _deep_schema(depth: int) -> dict[str, Any]:
+    node: dict[str, Any] = {"type": "string"}
+    for _ in range(depth):
+        node = {"allOf": [node]}
+    return node
+
+
+@pytest.mark.parametrize(
+    ("path", "extra"),
+    [
+        ("/v1/messages/count_tokens", {"tools": [{"name": "f", "input_schema": _deep_schema(100)}]}),
+        (
+            "/v1/messages",
+            {
+                "max_tokens": 2,
+                "output_config": {"format": {"type": "json_schema", "schema": _deep_schema(100)}},
+            },
+        ),
+        ("/v1/messages", {"max_tokens": 2, "output_config": {"format": 5}}),
+        ("/v1/messages", {"max_tokens": 2, "output_config": {"format": {"type": "json_schema"}}}),
+    ],
+)
+def test_messages_schemas_too_deep_or_malformed_are_400(
+    hardening_client: Any, path: str, extra: dict
+) -> None:
+    """Class 1 on the Messages door (found by the extended fuzz): a schema past the depth limit
+    or a malformed output format was a 500; it is a 400 naming the field."""
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], **extra}
+    r = hardening_client.post(path, json=body)
+    assert r.status_code == 400, r.text
+    assert r.json()["type"] == "error" and r.json()["error"]["type"] == "invalid_request_error"

@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from runtime.server.errors import ApiError
+from pydantic import ValidationError
+
+from runtime.server.errors import ApiError, format_validation_errors
 from runtime.server.messages.models import CountTokensRequest, MessageParam, MessagesRequest
 from runtime.server.schemas import ChatCompletionRequest
 
@@ -104,8 +106,12 @@ def _format(req: CountTokensRequest) -> dict[str, Any] | None:
         raise ApiError(400, "output_config: only `format` is supported")
     if fmt is None:
         return None
+    if not isinstance(fmt, dict):
+        raise ApiError(400, "output_config.format: must be an object")
     if fmt.get("type") != "json_schema":
         raise ApiError(400, f"output_config.format.type: {fmt.get('type')!r} not supported")
+    if "schema" not in fmt:
+        raise ApiError(400, "output_config.format.schema: required")
     return {"type": "json_schema", "json_schema": {"name": "output", "schema": fmt["schema"]}}
 
 
@@ -127,4 +133,7 @@ def chat_request(req: CountTokensRequest, salt: str | None = None) -> ChatComple
         if user is not None:  # Claude-style clients name the conversation here: the trace session
             fields["user"] = str(user)
             fields["prompt_cache_key"] = str(user)[:256]
-    return ChatCompletionRequest.model_validate(fields)
+    try:
+        return ChatCompletionRequest.model_validate(fields)
+    except ValidationError as exc:  # e.g. a schema nested past the body's depth limit
+        raise ApiError(400, format_validation_errors(exc.errors())) from None
