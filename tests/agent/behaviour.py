@@ -70,10 +70,11 @@ def check_backtrack(backend, min_fidelity: float = 0.95) -> RunResult:
         seen.append(answer)
         return len(seen) > 1, "double-check the sum"
 
-    result = _agent(backend, verify=reject_first, max_steps=8, reflect=False).run("What is 17 + 25?")
+    # answers only (tool_choice "none"): the first step is an answer, so the rollback always runs
+    agent = _agent(backend, verify=reject_first, max_steps=8, reflect=False, tool_choice="none")
+    result = agent.run("What is 17 + 25?")
     kinds = [r.kind for r in result.trace]
-    if not seen:  # the model never answered within the budget: nothing to roll back
-        return result
+    assert len(seen) >= 2, f"the verifier saw {len(seen)} answers: the backtrack was not exercised"
     assert "backtrack" in kinds, kinds
     _no_breaks(result)
     first = result.trace[0]
