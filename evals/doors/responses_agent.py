@@ -4,7 +4,7 @@
 `agents_transcript(base_url, turns=6)` runs one `Agent` with the benchmark's two tools, tool use
 forced on every call, for `turns` model calls (the SDK stops it with MaxTurnsExceeded after the last
 one); the tools really run. Returns one cache row per model call (from the SDK's own usage) and the
-input items of the last call, for evals/door_agent_cache.py. Tracing is off: nothing leaves the
+body of its last request, for evals/door_agent_cache.py. Tracing is off: nothing leaves the
 machine.
 """
 
@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from typing import Any
 
+import httpx
 import openai
 
 from evals.doors.anthropic_agent import QUESTION, SYSTEM, run_tool
@@ -46,7 +48,16 @@ TOOLS: list[dict[str, Any]] = [
 ]
 
 
-def _agent(base_url: str, api_key: str, model: str, max_tokens: int, session: str | None = None) -> Any:
+def _agent(
+    base_url: str,
+    api_key: str,
+    model: str,
+    max_tokens: int,
+    sent: list[dict[str, Any]],
+    session: str | None = None,
+) -> Any:
+    """The SDK's agent; every request body it sends is appended to `sent` (the replay takes the
+    last one exactly as the SDK wrote it: its own tool schemas and item fields)."""
     import agents
 
     @agents.function_tool
@@ -59,9 +70,18 @@ def _agent(base_url: str, api_key: str, model: str, max_tokens: int, session: st
         """Get the current weather in a city."""
         return run_tool("get_weather", {"city": city})
 
+    async def keep(request: httpx.Request) -> None:
+        if request.url.path.endswith("/responses"):
+            sent.append(json.loads(request.content))
+
     headers = {"X-Session-Id": session} if session else None
     client = openai.AsyncOpenAI(
-        base_url=f"{base_url}/v1", api_key=api_key, max_retries=0, timeout=600, default_headers=headers
+        base_url=f"{base_url}/v1",
+        api_key=api_key,
+        max_retries=0,
+        timeout=600,
+        default_headers=headers,
+        http_client=httpx.AsyncClient(timeout=600, event_hooks={"request": [keep]}),
     )
     settings = agents.ModelSettings(temperature=0, max_tokens=max_tokens, tool_choice="required")
     return agents.Agent(
@@ -82,16 +102,13 @@ def agents_transcript(
     max_tokens: int = 64,
     session: str | None = None,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(rows, the input items of the last call); `session`: the X-Session-Id header."""
+    """(rows, the body of the last call); `session`: the X-Session-Id header."""
     import agents
 
     rows: list[dict[str, Any]] = []
-    last_input: list[dict[str, Any]] = []
+    sent: list[dict[str, Any]] = []
 
     class Hooks(agents.RunHooks[Any]):
-        async def on_llm_start(self, context: Any, agent: Any, system_prompt: Any, input_items: Any) -> None:
-            last_input[:] = [dict(i) if isinstance(i, dict) else i.model_dump() for i in input_items]
-
         async def on_llm_end(self, context: Any, agent: Any, response: Any) -> None:
             usage = response.usage
             cached = int(usage.input_tokens_details.cached_tokens or 0)
@@ -106,7 +123,7 @@ def agents_transcript(
             )
 
     agents.set_tracing_disabled(True)
-    agent = _agent(base_url, api_key, model, max_tokens, session)
+    agent = _agent(base_url, api_key, model, max_tokens, sent, session)
 
     async def run() -> None:
         # every call is forced to use a tool: the run ends by its turn limit
@@ -114,17 +131,9 @@ def agents_transcript(
             await agents.Runner.run(agent, QUESTION, max_turns=turns, hooks=Hooks())
 
     asyncio.run(run())
-    return rows, last_input
+    return rows, sent[-1]
 
 
-def last_request(items: list[dict[str, Any]], model: str = "default", max_tokens: int = 64) -> dict[str, Any]:
-    """The body of the last call (for a TTFT replay), as the SDK sent it."""
-    return {
-        "model": model,
-        "instructions": SYSTEM,
-        "input": items,
-        "tools": TOOLS,
-        "tool_choice": "required",
-        "temperature": 0,
-        "max_output_tokens": max_tokens,
-    }
+def last_request(body: dict[str, Any]) -> dict[str, Any]:
+    """The body of the last call (for a TTFT replay), exactly as the SDK sent it."""
+    return {k: v for k, v in body.items() if k != "stream"}

@@ -6,12 +6,12 @@ import asyncio
 import json
 
 import pytest
-from behaviour import SYSTEM, add, multiply
-from fake_backend import FakeBackend, arithmetic_model
 
 from agent import Agent
 from agent.layout import normalize_document, render_head_text
 from runtime.errors import BackendError
+from tests.support.behaviour import SYSTEM, add, multiply
+from tests.support.fake_backend import FakeBackend, arithmetic_model
 
 
 def _extends(calls) -> None:

@@ -6,8 +6,9 @@ The real-engine runs (embedded, `radixagent serve`, SGLang) parametrize the same
 from __future__ import annotations
 
 import pytest
-from behaviour import ALL_CHECKS
-from fake_backend import FakeBackend, arithmetic_model
+
+from tests.support.behaviour import ALL_CHECKS
+from tests.support.fake_backend import FakeBackend, arithmetic_model
 
 
 @pytest.fixture(params=["token_ids", "text"])

@@ -7,11 +7,11 @@ trace come from the real radix cache.
 from __future__ import annotations
 
 import pytest
-from behaviour import ALL_CHECKS
 
 from runtime.backends import connect
 from runtime.server import ServerArgs, create_app
-from tests.server.server_util import LiveServer
+from tests.support.behaviour import ALL_CHECKS
+from tests.support.server_util import LiveServer
 
 
 @pytest.fixture(scope="module", params=["embedded", "http"])

@@ -6,12 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pytest
-from behaviour import SYSTEM, add
-from fake_backend import FakeBackend
 
 from agent import Agent
 from runtime.backends.base import WrappedBackend
 from runtime.errors import BackendError
+from tests.support.behaviour import SYSTEM, add
+from tests.support.fake_backend import FakeBackend
 
 
 @dataclass

@@ -4,10 +4,10 @@
 from __future__ import annotations
 
 import pytest
-from behaviour import SYSTEM, add
-from fake_backend import FakeBackend, FakeCall, arithmetic_model
 
 from agent import Agent, PrefixBreakWarning
+from tests.support.behaviour import SYSTEM, add
+from tests.support.fake_backend import FakeBackend, FakeCall, arithmetic_model
 
 
 def thinking_model(call: FakeCall) -> str:

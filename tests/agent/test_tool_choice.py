@@ -6,12 +6,12 @@ import json
 import re
 
 import pytest
-from behaviour import SYSTEM, add, multiply
-from fake_backend import FakeBackend
 
 from agent import Agent, Example, action_schema, tool
 from agent.choice import allowed_actions, named_in_task
 from agent.constraints import not_words_pattern, span_pattern
+from tests.support.behaviour import SYSTEM, add, multiply
+from tests.support.fake_backend import FakeBackend
 
 
 def _answer(_call) -> str:

@@ -7,13 +7,13 @@ import json
 import warnings
 
 import pytest
-from behaviour import SYSTEM, add
-from fake_backend import FakeBackend, arithmetic_model
 
 from agent import Agent, PrefixBreakWarning, SessionLedger, StepRecord, read_trace
 from agent.trace import common_prefix
 from agent.trace_cli import main as trace_main
 from agent.trace_cli import summarize
+from tests.support.behaviour import SYSTEM, add
+from tests.support.fake_backend import FakeBackend, arithmetic_model
 
 TRACE_FIELDS = [
     "run_id",

@@ -26,7 +26,7 @@ import pytest
 
 from runtime.backends import Backend, Completion, connect
 from runtime.errors import BackendError
-from tests.agent.fake_backend import FakeBackend
+from tests.support.fake_backend import FakeBackend
 
 SGLANG_URL = os.environ.get("RADIXAGENT_SGLANG_URL")
 PROMPT = "Here is a short list of colours: red, green, blue, yellow. Please repeat the list back:"
@@ -84,7 +84,7 @@ def subject(request: pytest.FixtureRequest) -> Iterator[Subject]:
         yield Subject(embedded, embedded)
         return
     from runtime.server import ServerArgs, create_app
-    from tests.server.server_util import LiveServer
+    from tests.support.server_util import LiveServer
 
     with LiveServer(create_app(engine, ServerArgs(max_threads=8))) as live:
         native = connect(live.url)

@@ -4,17 +4,12 @@ that fuzzed prompts stay cheap, with the debug endpoints on."""
 from __future__ import annotations
 
 import socket
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "server"))  # reuse tests/server's helpers
-
-from server_util import LiveServer  # noqa: E402
-
 from runtime.server import ServerArgs, create_app  # noqa: E402
+from tests.support.server_util import LiveServer  # noqa: E402
 
 #: the fuzz engine's limits: every prompt longer than CONTEXT - 1 tokens is a 400
 CONTEXT = 512

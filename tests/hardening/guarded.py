@@ -5,19 +5,14 @@ from __future__ import annotations
 
 import json
 import socket
-import sys
 import threading
-from pathlib import Path
 from typing import Any
 
 import uvicorn
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "server"))
-
-from server_util import LiveServer  # noqa: E402
-
 from runtime.server import ServerArgs, create_app  # noqa: E402
 from runtime.server.serving import uvicorn_config  # noqa: E402
+from tests.support.server_util import LiveServer  # noqa: E402
 
 
 class GuardedServer(LiveServer):

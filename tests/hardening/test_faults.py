@@ -28,9 +28,6 @@ import httpx
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests" / "agent"))  # the scripted fake backend of the agent tests
-
-from fake_backend import FakeBackend  # noqa: E402
 
 from agent import Agent, tool  # noqa: E402
 from agent.trace import read_trace  # noqa: E402
@@ -39,6 +36,7 @@ from runtime.backends.retry import with_retries  # noqa: E402
 from runtime.backends.sglang import SGLangBackend  # noqa: E402
 from runtime.errors import BackendError  # noqa: E402
 from runtime.server.cli import serve_argv  # noqa: E402
+from tests.support.fake_backend import FakeBackend  # noqa: E402
 
 STALL_S = 1.0  # how long a "stall" fault sleeps; the client timeout in these tests is shorter
 CLIENT_TIMEOUT_S = 0.3
@@ -295,8 +293,8 @@ def _openai_failure(faults: list[Any], attempts: int) -> tuple[BackendError, int
 CRASHING_AGENT = textwrap.dedent(
     """
     import os, sys
-    from fake_backend import FakeBackend
-    from behaviour import SYSTEM, add
+    from tests.support.fake_backend import FakeBackend
+    from tests.support.behaviour import SYSTEM, add
     from agent import Agent
 
     CRASH_AT = int(sys.argv[2])

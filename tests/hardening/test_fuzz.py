@@ -425,7 +425,7 @@ def test_methods_and_paths(client: httpx.Client, tally: Tally) -> None:
 
 def test_after_fuzz_server_is_healthy(client: httpx.Client, tally: Tally, small_engine: Any) -> None:
     """Runs last in this module: totals, health, integrity."""
-    from server_util import wait_idle
+    from tests.support.server_util import wait_idle
 
     wait_idle(small_engine)
     assert client.get("/health").status_code == 200

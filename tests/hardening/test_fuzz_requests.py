@@ -26,7 +26,6 @@ import httpx
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
 LONG = os.environ.get("RADIXAGENT_FUZZ_LONG", "") not in ("", "0")
 CASES = 300 if LONG else 60  # per family
 KEY = "fuzz-key"

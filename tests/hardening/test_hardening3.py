@@ -142,9 +142,8 @@ def test_exact_abort_never_reaches_prefixed_rids(small_engine: Any, leaving: str
 
 
 def _server(engine: Any, **kw: Any) -> Any:
-    from server_util import LiveServer
-
     from runtime.server import ServerArgs, create_app
+    from tests.support.server_util import LiveServer
 
     return LiveServer(create_app(engine, ServerArgs(**kw)))
 

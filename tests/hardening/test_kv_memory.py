@@ -10,9 +10,9 @@ from typing import Any
 import httpx
 import pytest
 from guarded import GuardedServer
-from server_util import LONG_SYSTEM, wait_idle
 
 from runtime.server import ServerArgs
+from tests.support.server_util import LONG_SYSTEM, wait_idle
 
 
 @pytest.fixture(scope="module")

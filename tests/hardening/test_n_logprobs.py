@@ -10,9 +10,9 @@ from typing import Any
 
 import httpx
 import pytest
-from server_util import LiveServer
 
 from runtime.server import ServerArgs, create_app
+from tests.support.server_util import LiveServer
 
 pytestmark = pytest.mark.slow
 

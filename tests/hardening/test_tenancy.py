@@ -4,15 +4,12 @@ the salt that opened them (another tenant's id answers exactly like an unknown o
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from guarded import GuardedServer
-from server_util import LONG_SYSTEM
 
 from runtime.cache.kv_pool import SlotAllocator
 from runtime.cache.namespace import namespace_key, session_key
@@ -21,6 +18,7 @@ from runtime.cache.radix import RadixCache
 from runtime.errors import UnknownSession
 from runtime.server import ServerArgs
 from runtime.server.limits import MAX_SALT_CHARS
+from tests.support.server_util import LONG_SYSTEM
 
 # ---- the keys (no model) ---------------------------------------------------------------------
 
@@ -157,11 +155,10 @@ def test_engine_sessions_are_scoped_by_salt(engine: Any) -> None:
 
 def test_agent_session_events_carry_its_salt() -> None:
     """The agent's tool_wait/resume/close must reach the session its salted requests opened."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "agent"))
-    from fake_backend import FakeBackend
-    from test_agent_loop import SYSTEM, add, arithmetic_model
+    from tests.agent.test_agent_loop import SYSTEM, add, arithmetic_model
 
     from agent import Agent
+    from tests.support.fake_backend import FakeBackend
 
     backend = FakeBackend(arithmetic_model)
     Agent(backend, system=SYSTEM, tools=[add], session_id="s", cache_salt="tenant").run("What is 1 + 2?")

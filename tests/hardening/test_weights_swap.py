@@ -16,11 +16,11 @@ from typing import Any
 import httpx
 import psutil
 import pytest
-from server_util import LiveServer, wait_idle
 
 from runtime.model import files as model_files
 from runtime.model.weights import NOT_LOADABLE
 from runtime.server import ServerArgs, create_app
+from tests.support.server_util import LiveServer, wait_idle
 
 pytestmark = pytest.mark.slow
 BIG = 64 * 2**20

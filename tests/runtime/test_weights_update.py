@@ -4,7 +4,6 @@ noise added, saved by this test as an HF folder in a temporary directory."""
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -15,13 +14,10 @@ import httpx
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "server"))  # tests/server's helpers
-
-from server_util import LiveServer, wait_idle  # noqa: E402
-
 from runtime.errors import InvalidRequest  # noqa: E402
 from runtime.model import files as model_files  # noqa: E402
 from runtime.server import ServerArgs, create_app  # noqa: E402
+from tests.support.server_util import LiveServer, wait_idle  # noqa: E402
 
 pytestmark = pytest.mark.slow
 GREEDY = {"max_new_tokens": 8, "temperature": 0, "ignore_eos": True}

@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from server_util import API_KEY, LiveServer
 
 from runtime.server import ServerArgs, create_app
+from tests.support.server_util import API_KEY, LiveServer
 
 
 @pytest.fixture(scope="session")

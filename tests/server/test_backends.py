@@ -5,13 +5,13 @@ from __future__ import annotations
 import socket
 
 import pytest
-from server_util import LONG_SYSTEM
 
 from runtime.backends import BACKENDS, connect
 from runtime.backends.embedded import EmbeddedBackend
 from runtime.backends.openai_compat import OpenAIBackend
 from runtime.backends.sglang import SGLangBackend
 from runtime.errors import BackendError
+from tests.support.server_util import LONG_SYSTEM
 
 GREEDY = {"max_new_tokens": 3, "temperature": 0}
 

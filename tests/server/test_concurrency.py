@@ -6,7 +6,8 @@ import json
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
-from server_util import wait_idle
+
+from tests.support.server_util import wait_idle
 
 
 def test_sixteen_concurrent_clients(server, engine) -> None:

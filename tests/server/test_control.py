@@ -14,9 +14,9 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from server_util import LiveServer, wait_idle
 
 from runtime.server import ServerArgs, create_app
+from tests.support.server_util import LiveServer, wait_idle
 
 pytestmark = pytest.mark.slow
 

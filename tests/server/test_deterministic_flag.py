@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from server_util import LiveServer
 
 from runtime.server import ServerArgs, create_app
+from tests.support.server_util import LiveServer
 
 
 @pytest.mark.slow

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from server_util import API_KEY
+
+from tests.support.server_util import API_KEY
 
 
 def _post(url: str, path: str, **kwargs) -> httpx.Response:
@@ -93,9 +94,8 @@ def test_require_cache_salt(secured_server) -> None:
 
 
 def test_oversized_bodies_get_413_declared_or_chunked(engine):
-    from server_util import LiveServer
-
     from runtime.server import ServerArgs, create_app
+    from tests.support.server_util import LiveServer
 
     with LiveServer(create_app(engine, ServerArgs(max_request_bytes=4096))) as live:
         big = {"text": "x" * 5000, "sampling_params": {"max_new_tokens": 1}}

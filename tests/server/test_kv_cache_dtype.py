@@ -8,11 +8,11 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from server_util import LiveServer
 
 from runtime.server import ServerArgs, create_app
 from runtime.server.args import build_parser, engine_config
 from runtime.server.cli import main as serve_main
+from tests.support.server_util import LiveServer
 
 
 @pytest.mark.parametrize("value", ["fp8_e4m3", "fp8_e5m2", "int3", "bf32"])

@@ -10,7 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 import requests
-from server_util import LiveServer
+
+from tests.support.server_util import LiveServer
 
 zmq = pytest.importorskip("zmq")
 pytest.importorskip("msgspec")

@@ -9,11 +9,11 @@ import json
 
 import httpx
 import pytest
-from server_util import LiveServer
 
 from runtime import Engine
 from runtime.server import ServerArgs, create_app
 from tests.families import build_family
+from tests.support.server_util import LiveServer
 
 pytestmark = pytest.mark.slow  # the bundled tokenizer
 

@@ -8,7 +8,8 @@ import threading
 from datetime import datetime
 
 import httpx
-from server_util import LONG_SYSTEM, wait_idle
+
+from tests.support.server_util import LONG_SYSTEM, wait_idle
 
 CORE = {
     "timestamp",

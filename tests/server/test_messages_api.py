@@ -10,9 +10,9 @@ from typing import Any
 import anthropic
 import httpx
 import pytest
-from server_util import API_KEY
 
 from evals.doors.anthropic_agent import TOOLS  # noqa: E402
+from tests.support.server_util import API_KEY
 
 pytestmark = pytest.mark.slow
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 
 import httpx
-from server_util import LONG_SYSTEM
+
+from tests.support.server_util import LONG_SYSTEM
 
 GREEDY = {"max_new_tokens": 4, "temperature": 0}
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import openai
 import pytest
-from server_util import LONG_SYSTEM
 
 from runtime.backends import connect
+from tests.support.server_util import LONG_SYSTEM
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,8 @@ import math
 import httpx
 import openai
 import pytest
-from server_util import LONG_SYSTEM, wait_idle
+
+from tests.support.server_util import LONG_SYSTEM, wait_idle
 
 pytestmark = pytest.mark.slow
 

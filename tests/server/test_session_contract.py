@@ -9,9 +9,9 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from server_util import LiveServer
 
 from runtime.server import ServerArgs, create_app
+from tests.support.server_util import LiveServer
 
 WORDS = ("alpha", "beta", "gamma", "delta", "omega", "sigma", "kappa", "theta")
 GREEDY = {"max_new_tokens": 2, "temperature": 0}

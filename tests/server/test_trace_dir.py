@@ -83,9 +83,9 @@ def test_config_is_checked(tmp_path: Path) -> None:
 def test_openai_client_gets_the_trace(engine: object, tmp_path: Path) -> None:
     """Three ways of naming a session; a prompt change is found at its exact token offset."""
     import openai
-    from server_util import LiveServer
 
     from runtime.server import ServerArgs, create_app
+    from tests.support.server_util import LiveServer
 
     with LiveServer(create_app(engine, ServerArgs(trace_dir=str(tmp_path)))) as live:
         client = openai.OpenAI(base_url=f"{live.url}/v1", api_key="none", max_retries=0)
@@ -117,10 +117,10 @@ def test_a_per_request_header_is_named_on_every_turn(engine: object, tmp_path: P
     (`metadata.user_id`) are traced the same way."""
     import anthropic
     import openai
-    from server_util import LiveServer
 
     from agent.trace_cli import cause_sentence
     from runtime.server import ServerArgs, create_app
+    from tests.support.server_util import LiveServer
 
     rules = " ".join(f"Rule {i}: answer in at most {i + 3} words." for i in range(12))
     with LiveServer(create_app(engine, ServerArgs(trace_dir=str(tmp_path)))) as live:

@@ -9,7 +9,6 @@ The per-step cached tokens here come from SGLang's own RadixAttention.
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,7 +19,6 @@ MODE = os.environ.get("RADIXAGENT_SGLANG_MODE", "session-cache")
 LOG = os.environ.get("RADIXAGENT_SGLANG_LOG")
 SESSION_CACHE = MODE in ("session-cache", "rust-session")
 pytestmark = pytest.mark.skipif(not URL, reason="RADIXAGENT_SGLANG_URL not set (run `make test-sglang`)")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "agent"))  # the behaviour suite module
 
 WORDS = ("alpha", "beta", "gamma", "delta", "omega", "sigma", "kappa", "theta")
 
@@ -114,7 +112,7 @@ def sglang_backend():
 
 
 def _checks():
-    from behaviour import ALL_CHECKS
+    from tests.support.behaviour import ALL_CHECKS
 
     return ALL_CHECKS
 

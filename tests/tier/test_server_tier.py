@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import httpx
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "server"))
-from server_util import LiveServer  # noqa: E402
 from test_engine_tier import GREEDY, evict_all, stored_len  # noqa: E402
 
 from runtime.server import ServerArgs, create_app  # noqa: E402
 from runtime.server.args import build_parser, engine_config  # noqa: E402
+from tests.support.server_util import LiveServer  # noqa: E402
 
 
 def test_flags_map_to_engine_config(tmp_path):
