@@ -133,6 +133,16 @@ def test_plan_defaults() -> None:
     assert plan([strict], "required", None, QWEN) is not None
 
 
+def test_the_same_tools_in_any_order_render_the_same_head() -> None:
+    """Issue 35: tools in a canonical order, so a client that reorders them keeps its cache."""
+    from runtime.server.tools.prompt import tools_block
+
+    one, other = plan([WEATHER, ADD], "auto", None, QWEN), plan([ADD, WEATHER], "auto", None, QWEN)
+    assert one is not None and other is not None
+    assert [t.name for t in one.tools] == [t.name for t in other.tools] == ["add", "get_weather"]
+    assert tools_block(one.tools, QWEN) == tools_block(other.tools, QWEN)
+
+
 HISTORY = [
     {"role": "system", "content": "Be brief."},
     {"role": "user", "content": "Weather in Paris and 1+2?"},

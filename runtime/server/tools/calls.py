@@ -129,7 +129,8 @@ def _tools(raw: list[dict[str, Any]]) -> tuple[Tool, ...]:
         if any(t.name == fn.name for t in tools):
             raise ApiError(400, f"tools.{i}.function.name: {fn.name!r} is defined twice")
         tools.append(Tool(fn.name, fn.description, p))
-    return tuple(tools)
+    # canonical order: the same tools sent in another order render the same head (issue 35)
+    return tuple(sorted(tools, key=lambda t: t.name))
 
 
 def _tool_def(index: int, item: dict[str, Any]) -> _FunctionDef:
