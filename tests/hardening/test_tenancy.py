@@ -155,9 +155,8 @@ def test_engine_sessions_are_scoped_by_salt(engine: Any) -> None:
 
 def test_agent_session_events_carry_its_salt() -> None:
     """The agent's tool_wait/resume/close must reach the session its salted requests opened."""
-    from tests.agent.test_agent_loop import SYSTEM, add, arithmetic_model
-
     from agent import Agent
+    from tests.agent.test_agent_loop import SYSTEM, add, arithmetic_model
     from tests.support.fake_backend import FakeBackend
 
     backend = FakeBackend(arithmetic_model)
