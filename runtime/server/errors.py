@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -52,7 +53,7 @@ def classify(exc: BaseException) -> tuple[int, str, str]:
     return 500, "internal_error", f"internal error: {type(exc).__name__}"
 
 
-def format_validation_errors(errors: list[dict[str, Any]]) -> str:
+def format_validation_errors(errors: Sequence[Mapping[str, Any]]) -> str:
     """One line per error, naming the field: `body.sampling_params.max_new_tokens: Input should be ...`."""
     parts = []
     for err in errors:
@@ -108,7 +109,7 @@ def allowed_methods(request: Request) -> list[str]:
     return sorted(methods - {"HEAD"})
 
 
-def _finite_message(err: dict[str, Any]) -> str | None:
+def _finite_message(err: Mapping[str, Any]) -> str | None:
     """JSON's 1e400 parses as infinity; say so rather than "not a valid number"."""
     value = err.get("input")
     if isinstance(value, float) and not math.isfinite(value):

@@ -107,10 +107,10 @@ def realign(reference: Sequence[Any], prompt: Sequence[Any], offset: int) -> Cha
     for j in range(len(reference) - w, offset - 1, -1):  # the earliest position wins
         first[_window(reference, j, w)] = j
     for i in range(offset, min(len(prompt) - w, offset + REALIGN_SCAN) + 1):
-        j = first.get(_window(prompt, i, w))
-        if j is not None:
-            run = common_prefix(reference[j:], prompt[i:])
-            return Change(offset, i, j, run)
+        found = first.get(_window(prompt, i, w))
+        if found is not None:
+            run = common_prefix(reference[found:], prompt[i:])
+            return Change(offset, i, found, run)
     return None
 
 
