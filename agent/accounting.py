@@ -23,20 +23,17 @@ from runtime.trace.ledger import Account, Served, StepAccounting, StepEvent
 def served_from(completion: Completion) -> Served:
     """What the server said: the engine's `evicted_prefix_tokens` and `prefix_cache` when it
     reports them (ours does; others leave eviction `inferred`)."""
-    meta = completion.meta or {}
-    evicted = meta.get("evicted_prefix_tokens")
     return Served(
         prompt_tokens=completion.prompt_tokens,
         cached_tokens=completion.cached_tokens,
-        evicted_tokens=int(evicted) if isinstance(evicted, int) else None,
-        cache_off=meta.get("prefix_cache") is False,
+        evicted_tokens=completion.evicted_tokens,
+        cache_off=not completion.prefix_cache,
     )
 
 
 def worker_of(completion: Completion) -> str | None:
     """The worker that served the request, where a cluster says (meta_info.worker_id)."""
-    worker = (completion.meta or {}).get("worker_id")
-    return None if worker is None else str(worker)
+    return completion.worker_id
 
 
 @dataclass(slots=True)

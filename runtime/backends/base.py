@@ -13,6 +13,23 @@ from typing import Any, Literal
 from runtime.engine.generation import GenerationRequest
 
 SessionEventKind = Literal["open", "tool_wait", "resume", "abandon", "close"]
+#: why a call ended: SGLang's finish types, and OpenAI's for a server that parsed a call or filtered
+FinishReason = Literal["stop", "length", "abort", "tool_calls", "content_filter"]
+_FINISH: dict[str, FinishReason] = {
+    "stop": "stop",
+    "length": "length",
+    "abort": "abort",
+    "tool_calls": "tool_calls",
+    "function_call": "tool_calls",
+    "content_filter": "content_filter",
+}
+
+
+def finish_of(wire: object) -> FinishReason:
+    """A server's finish reason (SGLang's `{"type": ...}` dict or OpenAI's string) as our type.
+    A server that names none, or one of its own, ended the text itself: "stop"."""
+    name = wire.get("type") if isinstance(wire, dict) else wire
+    return _FINISH.get(str(name), "stop")
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,11 +41,20 @@ class Completion:
     prompt_tokens: int
     cached_tokens: int
     completion_tokens: int
-    finish_reason: str  # "stop" | "length" | "abort"
+    finish_reason: FinishReason
     ttft_s: float
     latency_s: float
     request_id: str = ""
+    #: the server's own report as it came (meta_info or usage), for display; the fields below are
+    #: what the agent reads from it
     meta: dict[str, Any] = field(default_factory=dict)
+    #: prompt tokens past `cached_tokens` the server's cache held and evicted (ours reports it;
+    #: None where the server does not say, and the ledger infers eviction)
+    evicted_tokens: int | None = None
+    #: False when the server says it did not read its cache for this call (prefix_cache: false)
+    prefix_cache: bool = True
+    #: the worker that served the call, where a cluster says (meta_info.worker_id)
+    worker_id: str | None = None
 
 
 class Backend:

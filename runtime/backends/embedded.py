@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from runtime.backends.base import Backend, Completion, SessionEventKind
+from runtime.backends.base import Backend, Completion, SessionEventKind, finish_of
 from runtime.engine.generation import GenerationRequest
 from runtime.errors import BackendError, EngineClosed, InvalidRequest, Overloaded, PoolExhausted
 
@@ -16,8 +16,7 @@ if TYPE_CHECKING:
 def completion_from_output(out: dict[str, Any], latency_s: float, ttft_s: float | None = None) -> Completion:
     """A `Completion` from SGLang's `{text, output_ids, meta_info}` shape (engine or native HTTP)."""
     meta = dict(out.get("meta_info") or {})
-    reason = meta.get("finish_reason")
-    finish = reason.get("type", "stop") if isinstance(reason, dict) else str(reason or "stop")
+    evicted, worker = meta.get("evicted_prefix_tokens"), meta.get("worker_id")
     ttft = ttft_s if ttft_s is not None else float(meta.get("ttft") or latency_s)
     return Completion(
         text=str(out.get("text", "")),
@@ -25,11 +24,14 @@ def completion_from_output(out: dict[str, Any], latency_s: float, ttft_s: float 
         prompt_tokens=int(meta.get("prompt_tokens", 0)),
         cached_tokens=int(meta.get("cached_tokens") or 0),
         completion_tokens=int(meta.get("completion_tokens", 0)),
-        finish_reason=finish,
+        finish_reason=finish_of(meta.get("finish_reason")),
         ttft_s=ttft,
         latency_s=latency_s,
         request_id=str(meta.get("id", "")),
         meta=meta,
+        evicted_tokens=evicted if isinstance(evicted, int) else None,
+        prefix_cache=meta.get("prefix_cache") is not False,
+        worker_id=None if worker is None else str(worker),
     )
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import openai
 
-from runtime.backends.base import Backend, Completion
+from runtime.backends.base import Backend, Completion, finish_of
 from runtime.backends.retry import with_retries
 from runtime.engine.generation import GenerationRequest
 from runtime.errors import BackendError
@@ -139,7 +139,7 @@ def _completion(
         prompt_tokens=prompt_tokens,
         cached_tokens=cached,
         completion_tokens=completion_tokens,
-        finish_reason=str(finish),
+        finish_reason=finish_of(finish),
         ttft_s=ttft,
         latency_s=latency,
         request_id=request_id,

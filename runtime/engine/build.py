@@ -156,12 +156,12 @@ def build_cache(
         model,
         manager,
         tokenizer,
-        eos,
-        config.max_running_requests,
-        config.chunked_prefill_size,
-        sessions,
-        config.enable_deterministic_inference,
-        decode_kernel(config, model),
+        eos_ids=eos,
+        max_running=config.max_running_requests,
+        chunk_size=config.chunked_prefill_size,
+        sessions=sessions,
+        deterministic=config.enable_deterministic_inference,
+        decode_kernel=decode_kernel(config, model),
     )
     tier = None
     if config.enable_hierarchical_cache:  # the KV tier (runtime/cache/tier/hooks.py): the manager calls it

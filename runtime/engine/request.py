@@ -6,12 +6,32 @@ import queue
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from runtime.cache.manager import Lease
 from runtime.cache.seq_kv import SeqKV
 from runtime.engine.logprobs import LogprobState
 from runtime.engine.sampling import Sampler, SamplingParams
+
+
+@dataclass(frozen=True, slots=True)
+class FinishReason:
+    """Why a request ended; `as_dict()` is SGLang's `meta_info.finish_reason` on the wire."""
+
+    type: Literal["stop", "length", "abort"]
+    #: stop: the eos/stop token id or the stop string that matched; None when a grammar completed
+    matched: int | str | None = None
+    #: length: the tokens generated
+    length: int = 0
+    #: abort: a client's abort, or the error that ended the request
+    message: str = "Aborted"
+
+    def as_dict(self) -> dict[str, Any]:
+        if self.type == "abort":  # SGLang's FINISH_ABORT: a client abort, disconnect, closed stream, error
+            return {"type": "abort", "message": self.message, "status_code": None, "err_type": None}
+        if self.type == "length":
+            return {"type": "length", "length": self.length}
+        return {"type": "stop", "matched": self.matched}
 
 
 @dataclass(slots=True)
@@ -36,7 +56,7 @@ class Request:
     storage_backend: str | None = None  # the engine's tier backend, when it has one
     output_ids: list[int] = field(default_factory=list)
     first_token_time: float | None = None
-    finish_reason: dict[str, Any] | None = None
+    finish_reason: FinishReason | None = None
     aborted: bool = False
     weights_version: int = 0  # the scheduler's weights when this request started (checked at insert)
     events: queue.SimpleQueue = field(default_factory=queue.SimpleQueue)
@@ -74,7 +94,7 @@ class Request:
             "prompt_tokens": len(self.input_ids),
             "completion_tokens": len(self.output_ids),
             "cached_tokens": self.cached_len,
-            "finish_reason": self.finish_reason,
+            "finish_reason": None if self.finish_reason is None else self.finish_reason.as_dict(),
             "e2e_latency": now - self.arrival,
             "ttft": (self.first_token_time or now) - self.arrival,
             # misses (issue 19): why the rest was not cached (docs/compat.md)

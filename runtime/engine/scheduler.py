@@ -27,7 +27,7 @@ import torch
 
 from runtime.cache.manager import RadixCacheManager
 from runtime.engine.meters import ServeMeters
-from runtime.engine.request import Request
+from runtime.engine.request import FinishReason, Request
 from runtime.engine.sampling import SamplingParams
 from runtime.errors import EngineClosed, InvalidRequest, PoolExhausted
 from runtime.model.decode_kernel import DecodeKernel
@@ -50,11 +50,6 @@ CLOSE_JOIN_S = 60.0
 
 def _rid_hit(have: str, want: str, exact: bool) -> bool:
     return bool(want) and (have == want if exact else have.startswith(want))
-
-
-def abort_reason() -> dict:
-    """SGLang's `FINISH_ABORT().to_json()`: a client abort (abort_request, disconnect, closed stream)."""
-    return {"type": "abort", "message": "Aborted", "status_code": None, "err_type": None}
 
 
 @dataclass(slots=True)
@@ -94,6 +89,7 @@ class Scheduler:
         model: LlamaModel | HFModel,
         manager: RadixCacheManager,
         tokenizer,
+        *,
         eos_ids: set[int],
         max_running: int,
         chunk_size: int,
@@ -279,14 +275,14 @@ class Scheduler:
             log.exception("scheduler step failed")
             for req in list(self.running):
                 req.error = exc
-                self._finish(req, {"type": "abort", "message": str(exc)})
+                self._finish(req, FinishReason("abort", message=str(exc)))
 
     def _reap_aborted(self) -> None:
         for req in [r for r in self.running if r.aborted]:
-            self._finish(req, abort_reason())
+            self._finish(req, FinishReason("abort"))
         for req in [r for r in self.waiting if r.aborted]:
             self.waiting.remove(req)
-            self._finish(req, abort_reason())
+            self._finish(req, FinishReason("abort"))
 
     def _step(self) -> None:
         self._reap_aborted()
@@ -310,7 +306,7 @@ class Scheduler:
             except Exception as exc:  # one request's sampler or grammar failing fails that request only
                 log.exception("request %s failed", req.rid)
                 req.error = exc
-                self._finish(req, {"type": "abort", "message": str(exc)})
+                self._finish(req, FinishReason("abort", message=str(exc)))
 
     @staticmethod
     def _record_prompt_logprobs(req: Request, seg: Segment) -> None:
@@ -343,7 +339,7 @@ class Scheduler:
                 return
             if req.aborted:
                 self.waiting.remove(req)
-                self._finish(req, abort_reason())
+                self._finish(req, FinishReason("abort"))
                 continue
             if self.running and reserved + self._footprint(req) > self.manager.pool.size:
                 return  # queue rather than over-commit: wait for running requests to finish
@@ -365,12 +361,12 @@ class Scheduler:
                     f"a prompt of {len(req.input_ids)} tokens with max_new_tokens={req.params.max_new_tokens} "
                     f"does not fit the KV pool ({self.manager.pool.size} tokens) even alone"
                 )
-                self._finish(req, {"type": "abort", "message": str(req.error)})
+                self._finish(req, FinishReason("abort", message=str(req.error)))
                 continue
             except Exception as exc:  # fail this request only; what it locked or took goes back
                 log.exception("request %s failed to start", req.rid)
                 req.error = exc
-                self._finish(req, {"type": "abort", "message": str(exc)})
+                self._finish(req, FinishReason("abort", message=str(exc)))
                 continue
             reserved += self._footprint(req)
 
@@ -457,7 +453,7 @@ class Scheduler:
     def _emit_token(self, req: Request, logits: torch.Tensor, now: float) -> None:
         if req.params.max_new_tokens == 0:
             req.first_token_time = now
-            self._finish(req, {"type": "length", "length": 0})
+            self._finish(req, FinishReason("length"))
             return
         mask = req.grammar.allowed_mask(logits.shape[-1]) if req.grammar is not None else None
         adjusted = req.sampler.adjust(logits)  # logit_bias, penalties, min_new_tokens
@@ -476,11 +472,11 @@ class Scheduler:
         elif len(req.output_ids) % req.params.stream_interval == 0:
             req.events.put(("token", req.result(now)))
 
-    def _stop_reason(self, req: Request, token: int) -> dict | None:
+    def _stop_reason(self, req: Request, token: int) -> FinishReason | None:
         p = req.params
         if (token in self.eos_ids and not p.ignore_eos) or token in p.stop_token_ids:
             req.text = self._detok(req.output_ids if p.no_stop_trim else req.output_ids[:-1], p)
-            return {"type": "stop", "matched": token}
+            return FinishReason("stop", matched=token)
         before = len(req.text)
         req.text = self._detok(req.output_ids, p)
         if p.stop:
@@ -491,11 +487,11 @@ class Scheduler:
                 cut = req.text.find(s, start)
                 if cut >= 0:
                     req.text = req.text[: cut + len(s) if p.no_stop_trim else cut]
-                    return {"type": "stop", "matched": s}
+                    return FinishReason("stop", matched=s)
         if req.grammar is not None and req.grammar.is_finished():
-            return {"type": "stop", "matched": None}
+            return FinishReason("stop")
         if len(req.output_ids) >= p.max_new_tokens:
-            return {"type": "length", "length": len(req.output_ids)}
+            return FinishReason("length", length=len(req.output_ids))
         return None
 
     def _detok(self, ids: list[int], params: SamplingParams) -> str:
@@ -503,7 +499,7 @@ class Scheduler:
         extra = {} if params.spaces_between_special_tokens else {"spaces_between_special_tokens": False}
         return self.tokenizer.decode(ids, skip_special_tokens=params.skip_special_tokens, **extra)
 
-    def _finish(self, req: Request, reason: dict) -> None:
+    def _finish(self, req: Request, reason: FinishReason) -> None:
         req.finish_reason = reason
         with self._live_lock:
             self.live.pop(id(req), None)
@@ -514,7 +510,7 @@ class Scheduler:
             self._release(req)
         if req.session_id is not None:
             self.sessions.on_request_done(req.session_id)
-        if reason.get("type") != "abort":
+        if reason.type != "abort":
             self.stats.requests += 1
             self.stats.prompt_tokens += len(req.input_ids)
             self.stats.cached_tokens += req.cached_len
@@ -534,7 +530,7 @@ class Scheduler:
     def _fail_all(self, exc: BaseException) -> None:
         for req in list(self.running) + list(self.waiting):
             req.error = exc
-            self._finish(req, {"type": "abort", "message": str(exc)})
+            self._finish(req, FinishReason("abort", message=str(exc)))
         self.waiting.clear()
 
 

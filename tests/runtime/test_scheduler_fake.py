@@ -64,7 +64,15 @@ def make_scheduler(pool_size: int, cached: bool, policy: str = "lru") -> Schedul
     pool = KVPool(pool_size, CFG.layers, CFG.kv_heads, CFG.head_dim, torch.float32, "cpu")
     tree = RadixCache(pool, make_policy(policy))
     manager = (RadixCacheManager if cached else NoCacheManager)(tree, PooledKV(pool))
-    return Scheduler(FakeModel(), manager, FakeTokenizer(), {EOS}, 4, 16, NoSessions())  # type: ignore[arg-type]
+    return Scheduler(
+        FakeModel(),  # type: ignore[arg-type]
+        manager,
+        FakeTokenizer(),
+        eos_ids={EOS},
+        max_running=4,
+        chunk_size=16,
+        sessions=NoSessions(),
+    )
 
 
 def make_request(ids: list[int], max_new: int, use_cache: bool = True, ns: str = "") -> Request:
