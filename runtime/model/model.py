@@ -201,26 +201,9 @@ class LlamaModel:
         # call per layer (the same bits as the torch ops below, ~20 fewer ops per layer), and no
         # per-layer views of the planes to build
         plans = self._decode_plans(segments, deterministic, decode_kernel)
-        views = (
-            []
-            if plans is not None
-            else [
-                _Views.of(s.kv, n, self.device, self.kv_dtype, deterministic, decode_kernel, cfg.heads)
-                for s, n in zip(segments, lens, strict=True)
-            ]
-        )
+        views = [] if plans is not None else self._views(segments, lens, deterministic, decode_kernel)
         scratch = self._scratch(views, deterministic)
-        mm = self._invariant_mm(decode_kernel) if deterministic and self._dense else _call
-        rms, act = self._rms, silu_mul
-        if (
-            decode_kernel is not None
-            and not deterministic
-            and self.dtype == torch.bfloat16
-            and len(ids) <= 16
-        ):
-            # a decode step's norms: one native call each instead of ~6 small torch ops (~35 us)
-            rms = functools.partial(decode_kernel.rms_norm_bf16, eps=self.cfg.eps)
-            act = decode_kernel.silu_mul  # torch's bits, one call instead of chunk, silu and mul
+        mm, rms, act = self._step_ops(deterministic, decode_kernel, len(ids))
         x = self._embed(ids)  # [N, hidden]
         qd, kd = cfg.heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim
         for li, layer in enumerate(self.layers):
@@ -240,15 +223,37 @@ class LlamaModel:
         for s, n in zip(segments, lens, strict=True):
             s.kv.length += n
         ends = torch.tensor(lens).cumsum(0)
-        if all(s.logits_from < 0 for s in segments):
-            last = rms(x[(ends - 1).to(self.device)], self.norm)
-            if decode_kernel is not None and not deterministic and isinstance(self.lm_head, Int8):
-                # the largest matrix of a quantized model's step, read at the memory's speed
-                logits = decode_kernel.int8_linear(last, self.lm_head.weight, self.lm_head.scales32)
-                if logits is not None:
-                    return logits
-            return mm(self.lm_head, last).float()
-        return self._logits_with_prompt(segments, x, ends.tolist(), mm)
+        if any(s.logits_from >= 0 for s in segments):
+            return self._logits_with_prompt(segments, x, ends.tolist(), mm)
+        last = rms(x[(ends - 1).to(self.device)], self.norm)
+        if decode_kernel is not None and not deterministic and isinstance(self.lm_head, Int8):
+            # the largest matrix of a quantized model's step, read at the memory's speed
+            logits = decode_kernel.int8_linear(last, self.lm_head.weight, self.lm_head.scales32)
+            if logits is not None:
+                return logits
+        return mm(self.lm_head, last).float()
+
+    def _views(
+        self, segments: list[Segment], lens: list[int], deterministic: bool, kernel: DecodeKernel | None
+    ) -> list[_Views]:
+        args = (self.device, self.kv_dtype, deterministic, kernel, self.cfg.heads)
+        return [_Views.of(s.kv, n, *args) for s, n in zip(segments, lens, strict=True)]
+
+    def _step_ops(
+        self, deterministic: bool, decode_kernel: DecodeKernel | None, tokens: int
+    ) -> tuple[Callable[..., torch.Tensor], Callable[..., torch.Tensor], Callable[..., torch.Tensor]]:
+        """The step's matmul, norm and activation: batch-invariant ones when `deterministic`, native
+        one-call ones for a small bf16 decode step, torch's otherwise."""
+        mm = self._invariant_mm(decode_kernel) if deterministic and self._dense else _call
+        if decode_kernel is not None and not deterministic and self.dtype == torch.bfloat16 and tokens <= 16:
+            # a decode step's norms: one native call each instead of ~6 small torch ops (~35 us);
+            # silu_mul: torch's bits, one call instead of chunk, silu and mul
+            return (
+                mm,
+                functools.partial(decode_kernel.rms_norm_bf16, eps=self.cfg.eps),
+                decode_kernel.silu_mul,
+            )
+        return mm, self._rms, silu_mul
 
     def _decode_plans(
         self, segments: list[Segment], deterministic: bool, kernel: DecodeKernel | None

@@ -123,49 +123,59 @@ def build_parser() -> argparse.ArgumentParser:
         "Anthropic messages) over the embedded engine.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    p.add_argument("--model-path", default=None, help="HF folder or GGUF file (default: the bundled model)")
-    p.add_argument("--served-model-name", default=None, help="model name reported by /v1/models")
-    p.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
-    p.add_argument("--port", type=int, default=30000, help="TCP port; checked before the model loads")
-    p.add_argument("--max-total-tokens", type=int, default=None, help="KV pool size in tokens")
-    p.add_argument(
+    _model_flags(p)
+    _server_flags(p)
+    _limit_flags(p)
+    _chat_flags(p)
+    _trace_flags(p)
+    _tier_flags(p)
+    return p
+
+
+def _model_flags(p: argparse.ArgumentParser) -> None:
+    """What runs: the weights, their format and the engine's cache and kernels."""
+    g = p.add_argument_group("model and engine")
+    g.add_argument("--model-path", default=None, help="HF folder or GGUF file (default: the bundled model)")
+    g.add_argument("--served-model-name", default=None, help="model name reported by /v1/models")
+    g.add_argument("--max-total-tokens", type=int, default=None, help="KV pool size in tokens")
+    g.add_argument(
         "--context-length",
         type=int,
         default=None,
         help="longest prompt + output in tokens (default: the model's)",
     )
-    p.add_argument(
+    g.add_argument(
         "--radix-eviction-policy",
         default="lru",
         choices=_policy_names(),
         help="which cached prefix goes first under memory pressure (session: keeps live agent sessions')",
     )
-    p.add_argument("--disable-radix-cache", action="store_true", help="turn the prefix cache off")
-    p.add_argument(
+    g.add_argument("--disable-radix-cache", action="store_true", help="turn the prefix cache off")
+    g.add_argument(
         "--dtype", default="auto", choices=DTYPES, help="auto: float32, or bfloat16 with --torchao-config"
     )
-    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="where the model runs")
-    p.add_argument(
+    g.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="where the model runs")
+    g.add_argument(
         "--torchao-config",
         default="",
         choices=("", *TORCHAO_CONFIGS),
         help="weight-only quantization (CPU engine): int4wo-32 runs the GGUF's own 4-bit levels, several times "
         "faster decode; outputs differ from float32",
     )
-    p.add_argument(
+    g.add_argument(
         "--kv-cache-dtype",
         default="auto",
         metavar="{" + ",".join(KV_CACHE_DTYPES) + "}",
         help="how K/V is stored: auto (the model's dtype), float32, bfloat16 (bf16), float16 (fp16), int8 (a "
         "scale per token and head: 3.8x the tokens of float32 per byte); attention runs in float32",
     )
-    p.add_argument(
+    g.add_argument(
         "--enable-deterministic-inference",
         action="store_true",
         help="batch-invariant attention and matmuls: bit-identical outputs cached or not, batched or alone "
         "(int4wo: 7-15%% slower decode; float32 weights: 1.3-1.5x slower decode)",
     )
-    p.add_argument(
+    g.add_argument(
         "--attention-backend",
         default=None,
         choices=ATTENTION_BACKENDS,
@@ -173,44 +183,94 @@ def build_parser() -> argparse.ArgumentParser:
         "compiler on first use), torch_native runs PyTorch SDPA over float32 K/V; default: native_cpu "
         "where it builds",
     )
-    p.add_argument("--num-threads", type=int, default=None, help="torch CPU threads")
-    p.add_argument("--max-queue", type=int, default=256, help="queued requests before 503")
-    p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' (all but /health)")
-    p.add_argument(
+    g.add_argument("--num-threads", type=int, default=None, help="torch CPU threads")
+
+
+def _server_flags(p: argparse.ArgumentParser) -> None:
+    """Where it listens, who may call what, and what it reports."""
+    g = p.add_argument_group("server and access")
+    g.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
+    g.add_argument("--port", type=int, default=30000, help="TCP port; checked before the model loads")
+    g.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' (all but /health)")
+    g.add_argument(
         "--admin-api-key",
         default=None,
         help="key for /update_weights_from_disk, /flush_cache, /abort_request (refused without it under --api-key)",
     )
-    p.add_argument(
+    g.add_argument(
         "--require-cache-salt", action="store_true", help="reject generation requests without cache_salt"
     )
-    p.add_argument("--enable-metrics", action="store_true", help="serve Prometheus metrics at /metrics")
-    p.add_argument(
+    g.add_argument("--enable-metrics", action="store_true", help="serve Prometheus metrics at /metrics")
+    g.add_argument(
         "--enable-debug-endpoints",
         action="store_true",
         help="serve GET /debug/integrity (cache invariants and lock counts; not for untrusted clients)",
     )
-    p.add_argument("--log-level", default="info", choices=LOG_LEVELS, help="server log verbosity")
-    p.add_argument(
+    g.add_argument("--log-level", default="info", choices=LOG_LEVELS, help="server log verbosity")
+
+
+def _limit_flags(p: argparse.ArgumentParser) -> None:
+    """What one client can take: queue, body size, threads, time, connections."""
+    g = p.add_argument_group("limits")
+    g.add_argument("--max-queue", type=int, default=256, help="queued requests before 503")
+    g.add_argument(
         "--max-request-bytes",
         type=int,
         default=32 * 2**20,
         help="request bodies over this many bytes get HTTP 413",
     )
-    p.add_argument(
+    g.add_argument(
+        "--max-threads",
+        type=int,
+        default=64,
+        help="generation requests served at once; more get 503 at once (streams count until "
+        "their first token)",
+    )
+    g.add_argument(
+        "--timeout-read",
+        type=float,
+        default=30.0,
+        help="seconds a request may take to arrive whole (headers and body); then 408 / closed",
+    )
+    g.add_argument("--timeout-keep-alive", type=float, default=5.0, help="seconds an idle connection is kept")
+    g.add_argument(
+        "--limit-concurrency",
+        type=int,
+        default=512,
+        help="connections held at once; more are answered 503 and closed",
+    )
+    g.add_argument(
+        "--h11-max-incomplete-event-size",
+        type=int,
+        default=64 * 1024,
+        help="bytes of request line and headers buffered before a 400",
+    )
+    g.add_argument(
+        "--weights-swap-wait-s",
+        type=float,
+        default=10.0,
+        help="how long /update_weights_from_disk waits for running requests; new requests wait "
+        "behind it at most this long, then the update fails (409) and they run",
+    )
+
+
+def _chat_flags(p: argparse.ArgumentParser) -> None:
+    """How chat output is parsed and earlier turns rendered, and what the Responses door stores."""
+    g = p.add_argument_group("chat, tools and reasoning")
+    g.add_argument(
         "--tool-call-parser",
         default="qwen25",
         choices=_tool_formats(),
         help="tool-call format in the model's output (SGLang's names; qwen25 = hermes-style <tool_call>{...}</tool_call>)",
     )
-    p.add_argument(
+    g.add_argument(
         "--reasoning-parser",
         default=None,
         choices=("qwen3", "deepseek-r1"),
         help="return the thinking block apart: message.reasoning_content / delta.reasoning_content "
         "(SGLang's names; see docs/models.md)",
     )
-    p.add_argument(
+    g.add_argument(
         "--reasoning-history",
         default="preserve",
         choices=("preserve", "template"),
@@ -218,82 +278,52 @@ def build_parser() -> argparse.ArgumentParser:
         "them), template = the chat template's rendering (a template that drops thinking shows as "
         "template_rewrite in the trace)",
     )
-    p.add_argument(
-        "--max-threads",
-        type=int,
-        default=64,
-        help="generation requests served at once; more get 503 at once (streams count until "
-        "their first token)",
-    )
-    p.add_argument(
-        "--timeout-read",
-        type=float,
-        default=30.0,
-        help="seconds a request may take to arrive whole (headers and body); then 408 / closed",
-    )
-    p.add_argument("--timeout-keep-alive", type=float, default=5.0, help="seconds an idle connection is kept")
-    p.add_argument(
-        "--limit-concurrency",
-        type=int,
-        default=512,
-        help="connections held at once; more are answered 503 and closed",
-    )
-    p.add_argument(
-        "--h11-max-incomplete-event-size",
-        type=int,
-        default=64 * 1024,
-        help="bytes of request line and headers buffered before a 400",
-    )
-    p.add_argument(
-        "--weights-swap-wait-s",
-        type=float,
-        default=10.0,
-        help="how long /update_weights_from_disk waits for running requests; new requests wait "
-        "behind it at most this long, then the update fails (409) and they run",
-    )
-    p.add_argument(
+    g.add_argument(
         "--responses-store-max-mb",
         type=int,
         default=256,
         help="memory for stored responses (previous_response_id, GET /v1/responses/{id}); the least "
         "recently used are dropped past it (default: %(default)s)",
     )
-    p.add_argument(
+
+
+def _trace_flags(p: argparse.ArgumentParser) -> None:
+    """The per-step trace, and what a cluster's router and workers see."""
+    g = p.add_argument_group("trace, cluster and KV events")
+    g.add_argument(
         "--trace-dir",
         default=None,
         help="write the per-step trace (ideal hits, prefix breaks, miss causes) of every request that "
         "names its session (session_id, session_params, prompt_cache_key or X-Session-Id) to "
         "DIR/<salt digest>.jsonl",
     )
-    p.add_argument(
+    g.add_argument(
         "--trace-max-bytes", type=int, default=16 * 2**20, help="rotate a trace file past this size"
     )
-    p.add_argument(
+    g.add_argument(
         "--trace-max-total-bytes",
         type=int,
         default=2**30,
         help="disk for all trace files: rotated files are deleted first, then lines dropped (counted)",
     )
-    p.add_argument(
+    g.add_argument(
         "--worker-id",
         default=None,
         help="a name for this worker, reported as meta_info.worker_id (radixagent cluster sets it)",
     )
-    p.add_argument(
+    g.add_argument(
         "--kv-events-config",
         default=None,
         help="publish KV cache events for cache-aware routers, SGLang's JSON, e.g. "
         '\'{"publisher":"zmq","endpoint":"tcp://*:5557","topic":"kv-events"}\' (docs/cluster.md; '
         "events carry token ids: trusted networks only, docs/security.md)",
     )
-    p.add_argument(
+    g.add_argument(
         "--page-size",
         type=int,
         default=1,
         help="block size of KV events in tokens (the cache itself stays token-level)",
     )
-    _tier_flags(p)
-    return p
 
 
 def _tier_flags(p: argparse.ArgumentParser) -> None:

@@ -45,6 +45,16 @@ VERSION = "0.1.0"
 
 def native_router(state: ServerState) -> APIRouter:
     r = APIRouter()
+    _generate_routes(r, state)
+    _info_routes(r, state)
+    _load_routes(r, state)
+    _cache_and_session_routes(r, state)
+    _tokenizer_routes(r, state)
+    return r
+
+
+def _generate_routes(r: APIRouter, state: ServerState) -> None:
+    """/generate and the health probes that generate."""
 
     @r.post("/generate")
     @r.put("/generate")
@@ -73,6 +83,10 @@ def native_router(state: ServerState) -> APIRouter:
         await state.bridge.generate([probe])
         return Response(status_code=200)
 
+
+def _info_routes(r: APIRouter, state: ServerState) -> None:
+    """What the server is: model and server info (credentials redacted)."""
+
     @r.get("/get_model_info")
     @r.get("/model_info")
     async def model_info() -> dict[str, Any]:
@@ -100,6 +114,10 @@ def native_router(state: ServerState) -> APIRouter:
                 "trace_dir": _trace_stats(state),
             }
         )
+
+
+def _load_routes(r: APIRouter, state: ServerState) -> None:
+    """How loaded the worker is: what sglang-router and smg poll."""
 
     @r.get("/get_load")
     async def get_load() -> list[dict[str, Any]]:
@@ -135,6 +153,10 @@ def native_router(state: ServerState) -> APIRouter:
             }
         )
 
+
+def _cache_and_session_routes(r: APIRouter, state: ServerState) -> None:
+    """The cache's flush and the session events the session-aware eviction policy reads."""
+
     @r.post("/flush_cache")
     @r.get("/flush_cache")
     async def flush_cache() -> Response:
@@ -167,6 +189,10 @@ def native_router(state: ServerState) -> APIRouter:
         await state.bridge.call(state.engine.session_event, req.session_id, req.event, **req.info)
         return {"success": True}
 
+
+def _tokenizer_routes(r: APIRouter, state: ServerState) -> None:
+    """Tokenize/detokenize, and /metrics where enabled."""
+
     @r.post("/tokenize")
     @r.post("/v1/tokenize")
     async def tokenize(req: TokenizeRequest) -> dict[str, Any]:
@@ -184,8 +210,6 @@ def native_router(state: ServerState) -> APIRouter:
         async def prometheus() -> Response:
             body = await state.bridge.call(metrics.render)
             return Response(body, media_type="text/plain; version=0.0.4; charset=utf-8")
-
-    return r
 
 
 def _generate_requests(state: ServerState, req: GenerateRequest) -> list[GenerationRequest]:

@@ -27,7 +27,7 @@ from runtime.server.openai_usage import finish_of as _finish
 from runtime.server.openai_usage import usage
 from runtime.server.reasoning import REASONING, ReasoningStream
 from runtime.server.reasoning_chat import ReasoningChat
-from runtime.server.responses.api import responses_router
+from runtime.server.responses.api import Chat, responses_router
 from runtime.server.schemas import ChatCompletionRequest, ChatMessage, CompletionRequest, _OpenAIBase
 from runtime.server.state import ServerState
 from runtime.server.tools.chat import ToolCalling
@@ -36,7 +36,18 @@ from runtime.server.trace_dir import TRACE_SESSION
 
 def openai_router(state: ServerState) -> APIRouter:
     r = APIRouter()
+    _completions_route(r, state)
+    tools = ToolCalling(state)
+    reasoning = ReasoningChat(state, tools)
+    chat = _chat_route(r, state, tools, reasoning)
+    _model_routes(r, state)
+    # the other doors translate to chat and back: one path to the engine, one tool/reasoning plan
+    r.include_router(messages_router(state, chat, tools, reasoning))
+    r.include_router(responses_router(state, chat))
+    return r
 
+
+def _completions_route(r: APIRouter, state: ServerState) -> None:
     @r.post("/v1/completions")
     async def completions(req: CompletionRequest, request: Request) -> Response:
         if req.suffix:
@@ -57,8 +68,9 @@ def openai_router(state: ServerState) -> APIRouter:
         )
         return JSONResponse(call.completion_body(outs, echo))
 
-    tools = ToolCalling(state)
-    reasoning = ReasoningChat(state, tools)
+
+def _chat_route(r: APIRouter, state: ServerState, tools: ToolCalling, reasoning: ReasoningChat) -> Chat:
+    """/v1/chat/completions; the handler is returned for the doors that translate to it."""
 
     @r.post("/v1/chat/completions")
     async def chat_completions(req: ChatCompletionRequest, request: Request) -> Response:
@@ -102,6 +114,10 @@ def openai_router(state: ServerState) -> APIRouter:
         reasoning.record(outs, prompt)
         return JSONResponse(body)
 
+    return chat_completions
+
+
+def _model_routes(r: APIRouter, state: ServerState) -> None:
     @r.get("/v1/models")
     async def models() -> dict[str, Any]:
         return {"object": "list", "data": [_model_card(state)]}
@@ -111,10 +127,6 @@ def openai_router(state: ServerState) -> APIRouter:
         if model not in (state.model_name, state.model_path, "default"):  # chat takes "default" too
             raise ApiError(404, f"model {model!r} not found", "not_found_error")
         return _model_card(state)
-
-    r.include_router(messages_router(state, chat_completions, tools, reasoning))
-    r.include_router(responses_router(state, chat_completions))
-    return r
 
 
 def _model_card(state: ServerState) -> dict[str, Any]:

@@ -96,7 +96,12 @@ async def _run(
 def responses_router(state: ServerState, chat: Chat) -> APIRouter:
     r = APIRouter()
     store = ResponseStore(StoreConfig(max_bytes=state.args.responses_store_max_mb * 2**20))
+    _create_route(r, state, chat, store)
+    _stored_routes(r, store)
+    return r
 
+
+def _create_route(r: APIRouter, state: ServerState, chat: Chat, store: ResponseStore) -> None:
     @r.post("/v1/responses")
     async def create(req: ResponsesRequest, request: Request) -> Response:
         _check(req)
@@ -121,6 +126,10 @@ def responses_router(state: ServerState, chat: Chat) -> APIRouter:
         response = shape.response(rid, req, model, json.loads(bytes(answer.body)))
         keep(response)
         return JSONResponse(response)
+
+
+def _stored_routes(r: APIRouter, store: ResponseStore) -> None:
+    """What `store: true` kept, per tenant: another tenant's id answers as an unknown one."""
 
     def _stored(rid: str, request: Request) -> StoredResponse:
         item = store.get(_tenant(request, request.query_params.get("cache_salt")), rid)
@@ -155,5 +164,3 @@ def responses_router(state: ServerState, chat: Chat) -> APIRouter:
             "last_id": data[-1]["id"] if data else None,
             "has_more": len(stored) > limit,
         }
-
-    return r
