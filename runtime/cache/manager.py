@@ -17,7 +17,7 @@ owned by the lease. Nothing else is safe to hold across a call that allocates.
 
 `RadixCacheManager` shares KV between requests; `NoCacheManager` (the uncached baseline,
 `disable_radix_cache`) implements the same interface and never matches or inserts. A lease
-started with `share=False` (per-request `prefix_cache=False`) behaves the same way.
+started with `prefix_cache=False` (the request's own switch) behaves the same way.
 
 Hooks for other layers (tiered storage, miss analysis): `CacheHooks.on_evict(node)` runs for
 every leaf the tree evicts, before its slots are freed; `CacheHooks.on_miss(lease, key)` runs
@@ -110,13 +110,14 @@ class RadixCacheManager:
         self.leases: set[Lease] = set()
 
     # ---- reading ------------------------------------------------------------------------
-    def shares(self, share: bool) -> bool:
-        """Whether a lease asked with `share` would match and insert."""
-        return share
+    def shares(self, prefix_cache: bool) -> bool:
+        """Whether a request asking `prefix_cache` gets a lease that matches and inserts (the
+        engine asks once, when it builds the request)."""
+        return prefix_cache
 
-    def peek(self, key: Sequence[int], namespace: str, share: bool = True) -> int:
+    def peek(self, key: Sequence[int], namespace: str, prefix_cache: bool = True) -> int:
         """Leading tokens of `key` the tree would serve now; changes nothing."""
-        return self.tree.cached_length(key, namespace) if self.shares(share) else 0
+        return self.tree.cached_length(key, namespace) if self.shares(prefix_cache) else 0
 
     def room(self) -> int:
         """Slots the pool could hand out now, evicting every unlocked leaf (an unlocked node has
@@ -131,7 +132,7 @@ class RadixCacheManager:
         namespace: str = "",
         session_id: str | None = None,
         priority: int = 0,
-        share: bool = True,
+        prefix_cache: bool = True,
         grow: int = 0,
     ) -> Lease:
         """Match `key` (the part of the prompt the cache may serve), lock the match and allocate
@@ -139,7 +140,7 @@ class RadixCacheManager:
         a `RequestKV`, the positions are one run of slots where free space allows (see
         `_one_run`) and the request gets its view of them. Raises `PoolExhausted` when eviction
         cannot make room; on any error nothing stays locked or taken."""
-        lease = Lease(namespace, session_id, priority, self.shares(share))
+        lease = Lease(namespace, session_id, priority, self.shares(prefix_cache))
         if lease.shares:
             if self.tier is not None:  # stored pages continuing the tree's prefix go into it first
                 lease.tier_len = self.tier.extend(self.tree, key, namespace, self.adopt, priority, session_id)
@@ -356,5 +357,5 @@ class NoCacheManager(RadixCacheManager):
     """The uncached baseline: the same interface, no lease ever matches or inserts, so the tree
     stays empty and every slot goes back to the pool at release."""
 
-    def shares(self, share: bool) -> bool:
+    def shares(self, prefix_cache: bool) -> bool:
         return False

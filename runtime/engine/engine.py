@@ -247,7 +247,7 @@ class Engine:
             input_ids=ids,
             params=sp,
             namespace=namespace,
-            use_cache=bool(request.prefix_cache),
+            prefix_cache=self.manager.shares(bool(request.prefix_cache)),
             session_id=session_key(request.cache_salt, request.session_id),
             priority=int(request.priority or 0),
             sampler=Sampler(sp, self.eos_ids),

@@ -40,7 +40,9 @@ class Request:
     input_ids: list[int]
     params: SamplingParams
     namespace: str
-    use_cache: bool
+    #: whether the cache serves and keeps this request's prompt: decided once, by the engine, from
+    #: the request's prefix_cache and the cache manager (the uncached baseline shares nothing)
+    prefix_cache: bool
     session_id: str | None
     priority: int
     sampler: Sampler
@@ -99,7 +101,7 @@ class Request:
             "ttft": (self.first_token_time or now) - self.arrival,
             # misses (issue 19): why the rest was not cached (docs/compat.md)
             "evicted_prefix_tokens": self.evicted_len,
-            "prefix_cache": self.use_cache and self.logprob is None,  # logprob requests match nothing
+            "prefix_cache": self.prefix_cache and self.logprob is None,  # logprob requests match nothing
         }
         if self.storage_backend is not None and self.cached_len:
             # SGLang HiCache's breakdown (present on a hit): pool, host memory (none here), storage

@@ -381,16 +381,16 @@ class Scheduler:
     def cached_prefix(self, req: Request) -> int:
         """Prompt tokens the tree would serve `req` now (a peek: changes nothing). Never the last
         prompt token: its logits are always computed (see _start)."""
-        return min(self.manager.peek(req.input_ids, req.namespace, req.use_cache), self._match_limit(req))
+        return min(self.manager.peek(req.input_ids, req.namespace, req.prefix_cache), self._match_limit(req))
 
     def _shares_pending_prefix(self, req: Request) -> bool:
         """True when a still-prefilling request covers a long uncached prefix of `req` (forks,
         QA fan-out, the choices of n > 1): waiting for its publish computes that prefix once
         instead of n times. An identical prompt always waits, however short."""
-        if not self.manager.shares(req.use_cache):
+        if not req.prefix_cache:
             return False
         for other in self.running:
-            if other.prefilled or not other.use_cache or other.namespace != req.namespace:
+            if other.prefilled or not other.prefix_cache or other.namespace != req.namespace:
                 continue
             gain = (
                 min(_common_prefix(req.input_ids, other.input_ids), self._match_limit(req)) - other.cached_len
@@ -408,14 +408,13 @@ class Scheduler:
             req.namespace,
             req.session_id,
             req.priority,
-            share=req.use_cache,
+            prefix_cache=req.prefix_cache,
             grow=req.params.max_new_tokens,
         )
         req.cached_len = req.lease.cached_len
         req.evicted_len = req.lease.evicted_len
         req.tier_tokens = req.lease.tier_len
         req.storage_backend = self.manager.tier.backend if self.manager.tier is not None else None
-        req.use_cache = req.lease.shares  # what is reported: False under the uncached baseline too
 
     def _build_batch(self) -> tuple[list[Segment], list[Request]]:
         budget, segments, fed = self.chunk_size, [], []

@@ -75,9 +75,9 @@ def make_scheduler(pool_size: int, cached: bool, policy: str = "lru") -> Schedul
     )
 
 
-def make_request(ids: list[int], max_new: int, use_cache: bool = True, ns: str = "") -> Request:
+def make_request(ids: list[int], max_new: int, prefix_cache: bool = True, ns: str = "") -> Request:
     sp = SamplingParams(max_new_tokens=max_new, temperature=0)
-    return Request(uuid.uuid4().hex, ids, sp, ns, use_cache, None, 0, Sampler(sp, {EOS}))
+    return Request(uuid.uuid4().hex, ids, sp, ns, prefix_cache, None, 0, Sampler(sp, {EOS}))
 
 
 def enqueue(sched: Scheduler, req: Request) -> None:
@@ -126,7 +126,9 @@ def test_randomized_admit_extend_abort_evict_keeps_every_invariant(seed: int, po
     max_new = [rng.randint(0, 6) for _ in prompts]
     expected = outputs_uncached(prompts, max_new)
     sched = make_scheduler(160, cached=True, policy=policy)  # small: admission waits and evicts
-    reqs = [make_request(p, m, use_cache=rng.random() > 0.15) for p, m in zip(prompts, max_new, strict=True)]
+    reqs = [
+        make_request(p, m, prefix_cache=rng.random() > 0.15) for p, m in zip(prompts, max_new, strict=True)
+    ]
     pending, aborted = list(reqs), set()
     for _ in range(10_000):
         while pending and rng.random() < 0.4:
@@ -169,12 +171,12 @@ def test_exact_cached_counts_and_the_uncached_baseline_never_matches() -> None:
 def test_per_request_prefix_cache_off_neither_reads_nor_writes() -> None:
     sched = make_scheduler(256, cached=True)
     prompt = list(range(1, 21))
-    off = make_request(prompt, 2, use_cache=False)
+    off = make_request(prompt, 2, prefix_cache=False)
     run_all(sched, [off])
     assert off.cached_len == 0 and sched.manager.snapshot().tokens_in_use == 0
     on = make_request(prompt, 2)
     run_all(sched, [on])
-    again = make_request(prompt, 2, use_cache=False)
+    again = make_request(prompt, 2, prefix_cache=False)
     run_all(sched, [again])
     assert again.cached_len == 0 and again.output_ids == on.output_ids
 
