@@ -25,12 +25,11 @@ from runtime.errors import RadixAgentError
 DEFAULT_SYSTEM = "You are a careful assistant. Use the tools when they help, then answer briefly."
 
 
-def _connect_default() -> Backend:
-    try:
-        from runtime import connect  # the documented entry point
-    except ImportError:
-        from runtime.backends import connect
-    return connect("embedded")
+def _connect(target: object) -> Backend:
+    """What `runtime.connect` makes of `target` ("embedded", an Engine, a URL, "openai:<url>")."""
+    from runtime.backends import connect
+
+    return connect(target)
 
 
 class Agent:
@@ -42,7 +41,7 @@ class Agent:
 
     def __init__(
         self,
-        backend: Backend | None = None,
+        backend: Backend | object | None = None,
         system: str | Callable[[], str] = DEFAULT_SYSTEM,
         tools: Sequence[Tool] = (),
         documents: Sequence[Document] = (),
@@ -89,7 +88,10 @@ class Agent:
         self.system, self.documents, self.verify = system, tuple(documents), verify
         self.session_id, self.cache_salt, self.priority = session_id, cache_salt, priority
         self.trace_path = Path(trace_path) if trace_path is not None else None
-        self._backend = backend
+        # anything runtime.connect takes (an Engine, a URL); connected lazily: building an Agent
+        # never loads a model
+        self._backend = backend if isinstance(backend, Backend) else None
+        self._target = "embedded" if backend is None else backend
         self._token_prompts = token_prompts
         self._lock = threading.Lock()
         self._writer: TraceWriter | None = None
@@ -103,7 +105,7 @@ class Agent:
     def backend(self) -> Backend:
         with self._lock:
             if self._backend is None:
-                self._backend = _connect_default()  # lazy: building an Agent never loads a model
+                self._backend = _connect(self._target)
             return self._backend
 
     def _probe(self) -> None:

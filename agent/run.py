@@ -25,6 +25,7 @@ from agent.layout import Piece, Prompt, PromptLayout
 from agent.tools import Tool, ToolResult
 from agent.trace import SessionLedger, StepRecord, TraceWriter
 from runtime.backends.base import Backend, Completion
+from runtime.engine.generation import GenerationRequest
 from runtime.errors import RadixAgentError
 from runtime.trace.ledger import StepAccounting
 
@@ -228,16 +229,18 @@ class Run:
             return None
 
     def generate(self, prompt: Prompt, params: dict[str, Any], rid: str) -> Completion:
+        """The run's one request type, built here and handed to the backend as it is."""
         ctx = self.ctx
-        return ctx.backend.generate(
-            prompt=None if prompt.ids is not None else prompt.text,
-            input_ids=prompt.ids,
-            sampling_params=params,
+        request = GenerationRequest.of(
+            None if prompt.ids is not None else prompt.text,
+            prompt.ids,
+            params,
             session_id=ctx.session_id,
             cache_salt=ctx.cache_salt,
             priority=ctx.priority,
             rid=rid,
         )
+        return ctx.backend.complete(request)
 
     def _act(self, step: Step) -> None:
         try:

@@ -101,8 +101,24 @@ class Backend:
         return self.complete(request)
 
     def complete(self, request: GenerationRequest) -> Completion:
-        """Run one built request (what each backend implements; see `generate`)."""
-        raise NotImplementedError(f"backend {self.name!r} implements neither complete nor generate")
+        """Run one built request: what each backend implements, and what the agent calls. A
+        backend written against the keyword form (`generate` only) is run through it."""
+        if type(self).generate is Backend.generate:
+            raise NotImplementedError(f"backend {self.name!r} implements neither complete nor generate")
+        if not isinstance(request.cache_salt, str | None):  # never run a namespaced request unsalted
+            from runtime.errors import BackendError
+
+            raise BackendError(f"backend {self.name!r} takes cache_salt as one string", status=400)
+        return self.generate(
+            request.prompt,
+            list(request.input_ids) if request.input_ids is not None else None,
+            dict(request.sampling_params),
+            session_id=request.session_id,
+            cache_salt=request.cache_salt,
+            priority=request.priority,
+            prefix_cache=request.prefix_cache,
+            rid=request.rid,
+        )
 
     def tokenize(self, text: str) -> list[int]:
         """Token ids of `text` as the server's tokenizer sees it (no special tokens added).
