@@ -8,6 +8,7 @@ Without one, the same pieces are joined as text, which extends byte for byte.
 
 from __future__ import annotations
 
+import copy
 import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -232,20 +233,7 @@ class PromptLayout:
 
     def clone(self) -> PromptLayout:
         """An independent copy sharing the (immutable) head and pieces: fork branches start here."""
-        other = object.__new__(PromptLayout)
-        for name in (
-            "_system",
-            "_examples",
-            "_tools",
-            "_documents",
-            "_dead_end",
-            "_tokenize",
-            "_head",
-            "_gen",
-            "_im_end",
-            "_drop_thinking",
-        ):
-            setattr(other, name, getattr(self, name))
+        other = copy.copy(self)  # the head, tools, tokenizer and settings are shared as they are
         other._log = list(self._log)
         other._outputs = list(self._outputs)
         other._rewrites = []

@@ -13,6 +13,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
+from tasks.output import percentile
+
 SYSTEM = "You answer questions about the document the user gives. Answer in one short sentence."
 QUESTIONS = (
     "What is the main argument of the document?",
@@ -112,8 +114,7 @@ def _median(xs: Sequence[float]) -> float:
 
 
 def _pct(xs: Sequence[float], q: float) -> float:
-    s = sorted(xs)
-    return s[min(len(s) - 1, round(q * (len(s) - 1)))] if s else 0.0
+    return percentile(xs, q * 100) or 0.0
 
 
 def prefix_reuse(

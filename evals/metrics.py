@@ -7,7 +7,6 @@ Per suite and mode: `requests`, `prompt_tokens`, `cached_tokens`, `hit_rate`, `p
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections import Counter
 from collections.abc import Sequence
@@ -15,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from evals.recording import CallRecord
+from tasks.output import percentile
 
 #: What the issue asks of each suite on the default model (speedup = uncached / cached).
 TARGETS: dict[str, dict[str, float]] = {
@@ -25,14 +25,7 @@ TARGETS: dict[str, dict[str, float]] = {
 IDENTICAL_TARGET = 1.0
 
 
-def percentile(values: Sequence[float], q: float) -> float | None:
-    """Linear-interpolated percentile (numpy's default), q in [0, 100]; None for no values."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    pos = (len(ordered) - 1) * q / 100.0
-    low, high = math.floor(pos), math.ceil(pos)
-    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
+__all__ = ["percentile"]  # tasks.output's, the one implementation (evals import it from here too)
 
 
 class Comparison(NamedTuple):

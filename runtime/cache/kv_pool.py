@@ -127,15 +127,9 @@ class KVPool(SlotAllocator):
         self.planes = self.fmt.alloc(num_layers, num_kv_heads, size + BLOCK, head_dim, device, zeros=True)
         self.k, self.v = self.planes[0], self.planes[1]
 
-    def read(self, slots: Sequence[int], *out: torch.Tensor) -> None:
-        """Copies the slots' K/V into `out`: every plane of a SeqKV span (k_out, v_out, and the
-        scales where the format has them), [layers, kv_heads, len(slots), x] views."""
-        idx = torch.tensor(slots, device=self.k.device)
-        for plane, dst in zip(self.planes, _flat(out), strict=True):
-            torch.index_select(plane, 2, idx, out=dst)
-
     def write(self, slots: Sequence[int], *src: torch.Tensor) -> None:
-        """Stores K/V given as planes [layers, kv_heads, len(slots), x] (as `read`) into the slots."""
+        """Stores K/V given as planes [layers, kv_heads, len(slots), x] (every plane of a SeqKV span:
+        k, v, and the scales where the format has them) into the slots."""
         idx = torch.tensor(slots, device=self.k.device)
         for plane, values in zip(self.planes, _flat(src), strict=True):
             plane.index_copy_(2, idx, values)

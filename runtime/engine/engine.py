@@ -8,7 +8,7 @@ import threading
 import time
 import uuid
 from collections.abc import Generator, Iterator, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -52,25 +52,44 @@ def check_total_tokens(prompt_len: int, explicit: bool, sp: SamplingParams, cont
         )
 
 
+@dataclass(frozen=True, slots=True)
+class Weights:
+    """A model in memory with what the engine needs beside it."""
+
+    model: LlamaModel | HFModel
+    tokenizer: Any
+    path: str
+    name: str
+    eos_ids: set[int]
+
+
 class Engine:
     """SGLang's offline `Engine` (runtime/ENGINE_API.md). Its parts are built by build.py;
     its figures come from stats.py; each request goes `_request` → scheduler → result."""
 
-    def __init__(self, model_path: str | None = None, **config: Any) -> None:
-        self.config = EngineConfig(model_path=model_path, **config)
+    def __init__(
+        self,
+        model_path: str | None = None,
+        *,
+        config: EngineConfig | None = None,
+        weights: Weights | None = None,
+        **options: Any,
+    ) -> None:
+        """`Engine(model_path, **options)` loads the model; `config` and `weights` are how
+        `from_model` and `sibling` build one around weights already in memory."""
+        self.config = config if config is not None else EngineConfig(model_path=model_path, **options)
         if self.config.num_threads:
             torch.set_num_threads(self.config.num_threads)
         started = time.perf_counter()
-        in_fresh_thread(
-            self._load
-        )  # keeps the caller's thread free of an OpenMP pool (runtime/engine/threads.py)
+        # in a helper thread: keeps the caller's thread free of an OpenMP pool (runtime/engine/threads.py)
+        in_fresh_thread(lambda: self._assemble(weights if weights is not None else self._load()))
         summary = engine_build.describe(self.config, self.model_name, self.pool, self.attention_backend)
         log.info("engine ready in %.1fs: %s", time.perf_counter() - started, summary)
 
-    def _load(self) -> None:
+    def _load(self) -> Weights:
         loaded = model_files.load(self.config.model_path, torch.float32)
         model = engine_build.build_model(self.config, loaded)
-        self._assemble(model, loaded.tokenizer, loaded.path, loaded.name, engine_build.eos_ids(loaded))
+        return Weights(model, loaded.tokenizer, loaded.path, loaded.name, engine_build.eos_ids(loaded))
 
     @classmethod
     def from_model(
@@ -83,26 +102,20 @@ class Engine:
     ) -> Engine:
         """An engine around weights built elsewhere (e.g. seeded random weights for GPU timing,
         where no model file can be brought). `tokenizer` needs `decode`; prompts then come as ids."""
-        engine = object.__new__(cls)
-        engine.config = engine_build.config_for_model(model, name, **config)
-        in_fresh_thread(lambda: engine._assemble(model, tokenizer, f"built:{name}", name, set(eos_ids or ())))
-        return engine
+        weights = Weights(model, tokenizer, f"built:{name}", name, set(eos_ids or ()))
+        return cls(config=engine_build.config_for_model(model, name, **config), weights=weights)
 
     def sibling(self, **overrides: Any) -> Engine:
         """A second engine over the same weights with its own pool, cache and config overrides
         (e.g. the uncached baseline: `engine.sibling(disable_radix_cache=True)`). No reload."""
-        other = object.__new__(Engine)
-        other.config = engine_build.sibling_config(self.config, overrides)
-        shared = (self.model, self.tokenizer, self.model_path, self.model_name, self.eos_ids)
-        in_fresh_thread(lambda: other._assemble(*shared))
-        return other
+        shared = Weights(self.model, self.tokenizer, self.model_path, self.model_name, self.eos_ids)
+        return Engine(config=engine_build.sibling_config(self.config, overrides), weights=shared)
 
-    def _assemble(
-        self, model: LlamaModel | HFModel, tokenizer: Any, path: str, name: str, eos_ids: set[int]
-    ) -> None:
+    def _assemble(self, weights: Weights) -> None:
         """Everything but the weights (runtime/engine/build.py); runs in a helper thread."""
-        self.model, self.tokenizer, self.model_path, self.eos_ids = model, tokenizer, path, eos_ids
-        self.model_name = self.config.served_model_name or name
+        model, tokenizer, eos_ids = weights.model, weights.tokenizer, weights.eos_ids
+        self.model, self.tokenizer, self.model_path, self.eos_ids = model, tokenizer, weights.path, eos_ids
+        self.model_name = self.config.served_model_name or weights.name
         mc = model.cfg
         self.context_length = min(self.config.context_length or mc.max_positions, mc.max_positions)
         parts = engine_build.build_cache(

@@ -33,6 +33,7 @@ from runtime.errors import EngineClosed, InvalidRequest, PoolExhausted
 from runtime.model.decode_kernel import DecodeKernel
 from runtime.model.hf_model import HFModel
 from runtime.model.model import LlamaModel, Segment
+from runtime.trace.ledger import common_prefix
 
 log = logging.getLogger("radixagent.scheduler")
 
@@ -62,12 +63,9 @@ class WeightSwap:
     paused: int = 0  # requests held in the queue while the swap waited
 
 
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    n = min(len(a), len(b)) - 1  # the last prompt token is never shared (see _start)
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
+def _shared_prompt(a: list[int], b: list[int]) -> int:
+    """Leading tokens two prompts could share: never the last (see _start)."""
+    return max(0, min(common_prefix(a, b), min(len(a), len(b)) - 1))
 
 
 @dataclass(slots=True)
@@ -393,7 +391,7 @@ class Scheduler:
             if other.prefilled or not other.prefix_cache or other.namespace != req.namespace:
                 continue
             gain = (
-                min(_common_prefix(req.input_ids, other.input_ids), self._match_limit(req)) - other.cached_len
+                min(_shared_prompt(req.input_ids, other.input_ids), self._match_limit(req)) - other.cached_len
             )
             if gain >= MIN_SHARED_PREFIX or (gain > 0 and req.input_ids == other.input_ids):
                 return True

@@ -72,8 +72,6 @@ def kv_memory(manager: RadixCacheManager) -> dict[str, int]:
     """K/V bytes held: the preallocated pool only. Running requests read and write their K/V
     in the pool's slots (runtime/cache/request_kv.py), nothing is parked. Under the lock."""
     return {
-        "kv_request_buffer_bytes": 0,
-        "kv_parked_buffer_bytes": 0,
         "kv_bytes_held": manager.snapshot().kv_bytes_held,
     }
 

@@ -57,16 +57,6 @@ _GAUGES = (
         "K/V bytes held: the pool (running requests read and write their K/V in it).",
     ),
     (
-        "kv_request_buffer_bytes",
-        "kv_request_buffer_bytes",
-        "K/V bytes in running requests' own buffers (0: they use pool slots).",
-    ),
-    (
-        "kv_parked_buffer_bytes",
-        "kv_parked_buffer_bytes",
-        "K/V bytes in parked request buffers (0: none are kept).",
-    ),
-    (
         "kv_bytes_per_token",
         "kv_bytes_per_token",
         "KV pool bytes per cached token (follows --kv-cache-dtype).",

@@ -40,14 +40,13 @@ def test_kv_bytes_held_is_the_pool_while_a_request_runs_and_after(served: tuple[
         next(line for line in lines if line.startswith("data: {"))  # the request is running now
         running = _stats(url)
         assert running["running"] == 1
-        assert running["kv_request_buffer_bytes"] == 0  # no copy of its prefix, no room reserved
+        assert "kv_request_buffer_bytes" not in running  # requests hold no K/V of their own
         assert running["kv_bytes_held"] == running["pool_capacity_bytes"]
         for line in lines:
             if line.startswith("data: {"):
                 json.loads(line[6:])
     wait_idle(eng)
     idle = _stats(url)
-    assert idle["kv_request_buffer_bytes"] == idle["kv_parked_buffer_bytes"] == 0
     assert idle["kv_bytes_held"] == idle["pool_capacity_bytes"]
     metrics = httpx.get(f"{url}/metrics", timeout=30).text
     held = next(line for line in metrics.splitlines() if line.startswith("radixagent:kv_bytes_held "))
