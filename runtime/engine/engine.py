@@ -22,6 +22,7 @@ from runtime.engine.logprobs import LogprobState
 from runtime.engine.request import Request
 from runtime.engine.sampling import Sampler, SamplingParams
 from runtime.engine.snapshot import EngineSnapshot
+from runtime.engine.stats import EngineInfo
 from runtime.engine.threads import in_fresh_thread
 from runtime.engine.tier import on_session_event
 from runtime.errors import Busy, EngineClosed, InvalidRequest, Overloaded, PromptTooLong, UnknownSession
@@ -362,11 +363,25 @@ class Engine:
             messages, tokenize=False, add_generation_prompt=add_generation_prompt, **template_kwargs
         )
 
+    def info(self) -> EngineInfo:
+        """What this engine is: model, path, context length, weight bytes, config."""
+        cfg = self.model.cfg
+        return EngineInfo(
+            model_path=self.model_path,
+            served_model_name=self.model_name,
+            context_length=self.context_length,
+            vocab_size=cfg.vocab_size,
+            eos_token_ids=tuple(sorted(self.eos_ids)),
+            architecture=cfg.arch,
+            weight_bytes=engine_stats.weight_bytes(self.model),
+            config=self.config,
+            kv_events=self.kv_events.describe() if self.kv_events is not None else None,
+        )
+
     @property
     def model_info(self) -> dict[str, Any]:
-        return engine_stats.model_info(
-            self.config, self.model.cfg, self.model_path, self.model_name, self.context_length, self.eos_ids
-        )
+        """SGLang's `/get_model_info` body (`info().model_info()`)."""
+        return self.info().model_info()
 
     @property
     def attention_backend(self) -> str:

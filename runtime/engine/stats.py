@@ -1,22 +1,24 @@
 """The engine's figures, assembled from its parts: `get_cache_stats`'s dict, the `EngineSnapshot`
-and `model_info`. Read-only, called under the scheduler's lock; requests never pass through."""
+and `EngineInfo`. Read-only, called under the scheduler's lock; requests never pass through."""
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
+from runtime.config import EngineConfig
 from runtime.engine.snapshot import EngineSnapshot
 from runtime.engine.tier import tier_stats
+from runtime.model.hf_model import HFModel
 
 if TYPE_CHECKING:
     from runtime.cache.kv_events.publisher import ZmqEventPublisher
     from runtime.cache.kv_pool import KVPool
     from runtime.cache.manager import RadixCacheManager
     from runtime.cache.tier.hooks import TierHooks
-    from runtime.config import EngineConfig
     from runtime.engine.scheduler import Scheduler
-    from runtime.model.model import ModelConfig
+    from runtime.model.model import LlamaModel
 
 
 def cache_stats(
@@ -97,19 +99,48 @@ def engine_snapshot(
     )
 
 
-def model_info(
-    config: EngineConfig, model_cfg: ModelConfig, path: str, name: str, context_length: int, eos: set[int]
-) -> dict[str, Any]:
-    """`Engine.model_info` (SGLang's /get_model_info, plus what this engine adds)."""
-    return {
-        "model_path": path,
-        "served_model_name": name,
-        "context_length": context_length,
-        "vocab_size": model_cfg.vocab_size,
-        "eos_token_ids": sorted(eos),
-        "dtype": config.dtype,
-        "is_generation": True,
-        "architecture": model_cfg.arch,
-        "device": config.device,
-        "torchao_config": config.torchao_config or "",
-    }
+@dataclass(frozen=True, slots=True)
+class EngineInfo:
+    """What the engine is (`Engine.info()`): the server reads this, never the engine's parts."""
+
+    model_path: str
+    served_model_name: str
+    context_length: int
+    vocab_size: int
+    eos_token_ids: tuple[int, ...]
+    architecture: str
+    #: bytes a decode step streams (linear layers and head); the HF fallback: all its parameters
+    weight_bytes: int
+    config: EngineConfig
+    #: SGLang's `kv_events` block of /get_server_info (None: not publishing where routers can subscribe)
+    kv_events: dict[str, object] | None = None
+
+    def model_info(self) -> dict[str, Any]:
+        """SGLang's /get_model_info, plus what this engine adds."""
+        return {
+            "model_path": self.model_path,
+            "served_model_name": self.served_model_name,
+            "context_length": self.context_length,
+            "vocab_size": self.vocab_size,
+            "eos_token_ids": list(self.eos_token_ids),
+            "dtype": self.config.dtype,
+            "is_generation": True,
+            "architecture": self.architecture,
+            "device": self.config.device,
+            "torchao_config": self.config.torchao_config or "",
+        }
+
+    def config_dict(self) -> dict[str, Any]:
+        """The config for the wire; a field kept out of repr (the tier's MAC key) stays out."""
+        return {f.name: _jsonable(getattr(self.config, f.name)) for f in fields(self.config) if f.repr}
+
+
+def _jsonable(value: Any) -> Any:
+    return value if isinstance(value, (str, int, float, bool, type(None), list, dict)) else str(value)
+
+
+def weight_bytes(model: LlamaModel | HFModel) -> int:
+    """`EngineInfo.weight_bytes`: the compact model's own count, or every parameter of the HF model."""
+    if isinstance(model, HFModel):
+        return sum(p.numel() * p.element_size() for p in model.hf.parameters())
+    return model.weight_bytes

@@ -161,19 +161,16 @@ async def abort_on_disconnect(
 def internal_states(state: ServerState, stats: dict[str, Any]) -> list[dict[str, Any]]:
     """SGLang's `/server_info` `internal_states`: one dict per DP rank (one here) with the
     scheduler's live figures; `memory_usage` in GB as SGLang reports it."""
-    engine = state.engine
-    config = getattr(engine, "config", None)
-    model = getattr(engine, "model", None)
-    weight_bytes = _weight_bytes(model)
+    info = state.engine.info()
     return [
         {
             "world_size": 1,
             "dp_size": 1,
-            "effective_max_running_requests_per_dp": getattr(config, "max_running_requests", None),
+            "effective_max_running_requests_per_dp": info.config.max_running_requests,
             "max_total_num_tokens": stats.get("pool_capacity_tokens"),
             "last_gen_throughput": float(stats.get("gen_throughput", 0.0)),
             "memory_usage": {
-                "weight": round(weight_bytes / 2**30, 3),
+                "weight": round(info.weight_bytes / 2**30, 3),
                 "kvcache": round(float(stats.get("pool_capacity_bytes", 0)) / 2**30, 3),
                 "token_capacity": int(stats.get("pool_capacity_tokens", 0)),
                 "token_capacity_swa": None,
@@ -183,9 +180,3 @@ def internal_states(state: ServerState, stats: dict[str, Any]) -> list[dict[str,
             "weights_version": int(stats.get("weights_version", 0)),
         }
     ]
-
-
-def _weight_bytes(model: Any) -> int:
-    """The linear layers' and head's bytes (`LlamaModel.weight_bytes`); 0 for the HF fallback."""
-    value = getattr(model, "weight_bytes", 0)
-    return value if isinstance(value, int) else 0

@@ -59,9 +59,8 @@ def snapshot(engine: Engine) -> dict[str, Any]:
         "graph_gb": 0.0,  # no CUDA graphs are captured
         "token_capacity": capacity,
     }
-    weights = _weight_bytes(engine.model)
-    if weights is not None:
-        memory = {"weight_gb": round(weights / 2**30, 3), **memory}
+    info = engine.info()
+    memory = {"weight_gb": round(info.weight_bytes / 2**30, 3), **memory}
     return {
         "timestamp": time.time(),
         "dp_rank": 0,
@@ -73,7 +72,7 @@ def snapshot(engine: Engine) -> dict[str, Any]:
         "num_active_tokens": total,  # differs from total only for disaggregated decode
         "num_prealloc_ready_tokens": 0,  # disaggregated decode only
         "max_total_num_tokens": capacity,
-        "max_running_requests": int(getattr(engine.config, "max_running_requests", 0) or 0),
+        "max_running_requests": info.config.max_running_requests,
         "token_usage": round(used / capacity, 4) if capacity else 0.0,
         "cache_hit_rate": round(float(stats["hit_rate"]), 4),  # since start, finished requests
         "total_prefill_uncached_tokens": int(stats["prefill_tokens_computed"]),
@@ -85,21 +84,9 @@ def snapshot(engine: Engine) -> dict[str, Any]:
     }
 
 
-def _weight_bytes(model: Any) -> int | None:
-    """The compact model's linear layers and LM head (the embedding when tied; norms and an untied
-    input embedding are not counted), or every parameter of the HF fallback model."""
-    size = getattr(model, "weight_bytes", None)
-    if size is not None:
-        return int(size)
-    hf = getattr(model, "hf", None)
-    if hf is None:
-        return None
-    return sum(p.numel() * p.element_size() for p in hf.parameters())
-
-
 def accelerator(engine: Engine) -> tuple[str | None, int]:
     """(marketing name, count) of the device one rank runs on; (None, 0) on the CPU."""
-    device = str(getattr(engine.config, "device", "cpu"))
+    device = engine.info().config.device
     if not device.startswith("cuda"):
         return None, 0
     import torch

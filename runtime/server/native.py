@@ -36,7 +36,7 @@ from runtime.server.schemas import (
 from runtime.server.state import ServerState, join_salt
 
 if TYPE_CHECKING:
-    from runtime.engine.engine import Engine
+    pass
 
 log = logging.getLogger("radixagent.server")
 
@@ -96,7 +96,7 @@ def _info_routes(r: APIRouter, state: ServerState) -> None:
     @r.get("/server_info")
     async def server_info() -> dict[str, Any]:
         stats = await state.bridge.call(state.engine.get_cache_stats)
-        config = _config_dict(state.engine)
+        info = state.engine.info()
         # credentials never leave (a tier URL's Redis password read another tenant's KV)
         return redact(
             {
@@ -105,12 +105,12 @@ def _info_routes(r: APIRouter, state: ServerState) -> None:
                 **_router_fields(state, stats),
                 "kv_cache_dtype": stats.get("kv_cache_dtype"),
                 "attention_backend": stats.get("attention_backend"),
-                "enable_deterministic_inference": bool(config.get("enable_deterministic_inference", False)),
-                "engine_config": config,
+                "enable_deterministic_inference": info.config.enable_deterministic_inference,
+                "engine_config": info.config_dict(),
                 "model_info": _model_info(state),
                 "cache_stats": stats,
                 "internal_states": internal_states(state, stats),
-                "kv_events": _kv_events(state.engine),
+                "kv_events": info.kv_events,
                 "trace_dir": _trace_stats(state),
             }
         )
@@ -255,7 +255,7 @@ async def _native_events(state: ServerState, chunks: AsyncIterator[dict[str, Any
 
 
 def _model_info(state: ServerState) -> dict[str, Any]:
-    info = dict(getattr(state.engine, "model_info", None) or {})
+    info = state.engine.info().model_info()
     return {
         **info,
         "model_path": state.model_path,
@@ -284,13 +284,12 @@ def _trace_stats(state: ServerState) -> dict[str, int] | None:
 
 def _router_fields(state: ServerState, stats: dict[str, Any]) -> dict[str, Any]:
     """Top-level keys of SGLang's /server_info that sglang-router reads to label a worker."""
-    config = getattr(state.engine, "config", None)
     return {
         "model_path": state.model_path,
         "served_model_name": state.model_name,
         "dp_size": 1,
         "max_total_tokens": stats.get("pool_capacity_tokens"),
-        "max_running_requests": getattr(config, "max_running_requests", None),
+        "max_running_requests": state.engine.info().config.max_running_requests,
         "load": _load(stats),
     }
 
@@ -304,21 +303,6 @@ def _load(stats: dict[str, Any]) -> dict[str, Any]:
         "num_waiting_reqs": waiting,
         "num_tokens": int(stats.get("tokens_in_use", 0)),
     }
-
-
-def _config_dict(engine: Engine) -> dict[str, Any]:
-    config = getattr(engine, "config", None)
-    if config is None:
-        return {}
-    fields = getattr(config, "__dataclass_fields__", None)
-    if fields is None:
-        return {}
-    # a field kept out of repr (the tier's MAC key) is kept out of the answer too
-    return {name: _jsonable(getattr(config, name)) for name, f in fields.items() if f.repr}
-
-
-def _jsonable(value: Any) -> Any:
-    return value if isinstance(value, (str, int, float, bool, type(None), list, dict)) else str(value)
 
 
 def _tokenize(state: ServerState, req: TokenizeRequest) -> dict[str, Any]:
@@ -348,9 +332,3 @@ def _detokenize(state: ServerState, req: DetokenizeRequest) -> dict[str, Any]:
             raise ApiError(400, f"tokens: ids out of range: {bad[:5]}")
     texts = [tokenizer.decode(ids, skip_special_tokens=req.skip_special_tokens) for ids in batch]
     return {"text": texts if is_batch else texts[0]}
-
-
-def _kv_events(engine: object) -> dict[str, Any] | None:
-    """SGLang's `kv_events` descriptor: where routers subscribe (None: not publishing)."""
-    events = getattr(engine, "kv_events", None)
-    return None if events is None else events.describe()

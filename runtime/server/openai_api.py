@@ -130,14 +130,13 @@ def _model_routes(r: APIRouter, state: ServerState) -> None:
 
 
 def _model_card(state: ServerState) -> dict[str, Any]:
-    info = dict(getattr(state.engine, "model_info", None) or {})
     return {
         "id": state.model_name,
         "object": "model",
         "created": int(time.time()),
         "owned_by": "radixagent",
         "root": state.model_path,
-        "max_model_len": info.get("context_length"),
+        "max_model_len": state.engine.info().context_length,
     }
 
 

@@ -71,13 +71,13 @@ class ReasoningChat:
         return {**template_kwargs, "enable_thinking": on}
 
     def _template_thinks(self) -> bool:
-        template = getattr(getattr(self.state.engine, "tokenizer", None), "chat_template", None)
+        template = getattr(self.state.engine.tokenizer, "chat_template", None)
         return isinstance(template, str) and "enable_thinking" in template
 
     def check(self, req: ChatCompletionRequest, template_kwargs: dict[str, Any]) -> None:
         """`enable_thinking: true` needs a template that takes it (false asks for nothing)."""
         if template_kwargs.get("enable_thinking") is True:
-            template = getattr(getattr(self.state.engine, "tokenizer", None), "chat_template", None)
+            template = getattr(self.state.engine.tokenizer, "chat_template", None)
             if not isinstance(template, str) or "enable_thinking" not in template:
                 raise ApiError(
                     400, "chat_template_kwargs.enable_thinking: this model's chat template does not take it"
@@ -130,7 +130,7 @@ class ReasoningChat:
                 "ebnf: cannot follow a thinking block under --reasoning-parser; send regex or "
                 "json_schema, or chat_template_kwargs.enable_thinking: false",
             )
-        tags = self.parser.tag_ids(getattr(self.state.engine, "tokenizer", None))
+        tags = self.parser.tag_ids(self.state.engine.tokenizer)
         return self.parser.constraint(sampling, prompt.opened, tags)
 
     def shape(self, body: dict[str, Any], prompt: Prompt, separate: bool) -> None:

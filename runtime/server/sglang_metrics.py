@@ -150,9 +150,7 @@ class SGLangSchedulerCollector(Collector):
 
     def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
         stats = dict(self.engine.get_cache_stats())
-        stats["context_len"] = int(
-            (getattr(self.engine, "model_info", None) or {}).get("context_length") or 0
-        )
+        stats["context_len"] = self.engine.info().context_length
         if "evictable_tokens" not in stats or not stats.get("pool_capacity_tokens"):
             return  # an engine without SGLang's live figures: export nothing rather than zeros
         names, values = list(self.labels), list(self.labels.values())

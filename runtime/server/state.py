@@ -30,9 +30,9 @@ class ServerState:
 
     @classmethod
     def build(cls, engine: Engine, args: ServerArgs) -> ServerState:
-        info = dict(getattr(engine, "model_info", None) or {})
-        model_path = str(info.get("model_path") or "default")
-        name = args.served_model_name or info.get("served_model_name") or model_path
+        info = engine.info()
+        model_path = info.model_path or "default"
+        name = args.served_model_name or info.served_model_name or model_path
         metrics = ServerMetrics(engine, str(name)) if args.enable_metrics else None
         bridge = EngineBridge(engine, args.max_threads)
         if args.trace_dir is not None:  # issue 19: traces of named sessions

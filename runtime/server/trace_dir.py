@@ -255,7 +255,7 @@ class SessionHeaderMiddleware:
 def tracing_bridge(engine: Engine, args: ServerArgs) -> TracingBridge:
     """The bridge `ServerState.build` installs for `--trace-dir`."""
     assert args.trace_dir is not None
-    cache_off = bool(getattr(getattr(engine, "config", None), "disable_radix_cache", False))
+    cache_off = engine.info().config.disable_radix_cache
     files = FileBounds(
         max_bytes=args.trace_max_bytes, max_total_bytes=max(args.trace_max_total_bytes, args.trace_max_bytes)
     )

@@ -12,15 +12,19 @@ import httpx
 import pytest
 from guarded import GuardedServer
 
+from runtime.engine.stats import EngineInfo
 from runtime.server import ServerArgs
+from tests.support.fake_engine import fake_info
 
 
 class BlockingEngine:
     """Scripted engine (the logic under test is the HTTP layer's): every generate call blocks until
     `release` is set."""
 
-    model_info = {"model_path": "blocking", "context_length": 512, "vocab_size": 100}
-    config = None
+    tokenizer = None
+
+    def info(self) -> EngineInfo:
+        return fake_info("blocking", context_length=512, vocab_size=100)
 
     def __init__(self) -> None:
         self.release = threading.Event()

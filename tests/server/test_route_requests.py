@@ -15,8 +15,10 @@ import pytest
 from fastapi.testclient import TestClient
 
 from runtime.engine.generation import GenerationRequest
+from runtime.engine.stats import EngineInfo
 from runtime.server import ServerArgs, create_app
 from runtime.server.bridge import EngineBridge
+from tests.support.fake_engine import fake_info
 
 
 def _out(request: GenerationRequest, logprob: float = -1.0) -> dict[str, Any]:
@@ -37,7 +39,10 @@ def _out(request: GenerationRequest, logprob: float = -1.0) -> dict[str, Any]:
 class RecordingEngine:
     """What the server calls on an engine, recording every request it is handed."""
 
-    model_info = {"model_path": "fake", "context_length": 64, "vocab_size": 100}
+    tokenizer = None  # no chat template of its own: apply_chat_template below renders
+
+    def info(self) -> EngineInfo:
+        return fake_info("fake", context_length=64, vocab_size=100)
 
     def __init__(self) -> None:
         self.runs: list[list[GenerationRequest]] = []

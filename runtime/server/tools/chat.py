@@ -69,7 +69,7 @@ class ToolCalling:
         `generation`: end with the template's generation prompt."""
         tools = p.tools if p is not None else ()
         engine = self.state.engine
-        tokenizer = getattr(engine, "tokenizer", None)
+        tokenizer = engine.tokenizer
         if tokenizer is not None and template_takes_tools(tokenizer):
             defs = [json.loads(json.dumps(t.definition(), sort_keys=True)) for t in tools] or None
             text = await self.state.bridge.call(
@@ -105,7 +105,7 @@ class ToolCalling:
 
     def _special(self, text: str) -> bool:
         """Whether `text` is one special token of the served model's tokenizer."""
-        added = getattr(getattr(self.state.engine, "tokenizer", None), "added_tokens_decoder", None) or {}
+        added = getattr(self.state.engine.tokenizer, "added_tokens_decoder", None) or {}
         return bool(text) and any(t.special and t.content == text for t in added.values())
 
     def shape(self, body: dict[str, Any], outs: list[dict[str, Any]], p: ToolPlan) -> None:
@@ -213,8 +213,8 @@ def exact_ids(engine: Any, out: dict[str, Any]) -> tuple[int, ...] | None:
     matched = (out.get("meta_info", {}).get("finish_reason") or {}).get("matched")
     if ids and isinstance(matched, int) and ids[-1] == matched:
         ids.pop()
-    decode = getattr(engine, "decode", None)
-    if not ids or decode is None:
+    decode = engine.decode
+    if not ids:
         return None
     text = out.get("text")
     if decode(ids) == text or decode(ids, skip_special_tokens=True) == text:
