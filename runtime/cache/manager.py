@@ -309,6 +309,21 @@ class RadixCacheManager:
         """Load the contexts of sessions whose tool is about to return; returns tokens loaded."""
         return 0 if self.tier is None else self.tier.run_due(self.tree, self.adopt, self.room)
 
+    def next_prefetch_in(self) -> float | None:
+        """Seconds until the tier's next scheduled prefetch (None: none, or no tier)."""
+        return None if self.tier is None else self.tier.next_due_in()
+
+    @property
+    def storage_backend(self) -> str | None:
+        """The tier's store ("file", "redis"), reported with the tokens it served; None without one."""
+        return None if self.tier is None else self.tier.backend
+
+    def weights_changed(self, model: object) -> None:
+        """After a weights swap (the tree already emptied): stored pages computed under the old
+        weights become unreachable, since the tier's keys follow the weights' fingerprint."""
+        if self.tier is not None:
+            self.tier.refingerprint(model)
+
     def evict(self, num_tokens: int) -> int:
         """Free at least `num_tokens` slots from unlocked leaves, lowest priority first."""
         return self.tree.evict(num_tokens)

@@ -412,7 +412,7 @@ class Engine:
             except UnknownSession:
                 raise UnknownSession(f"session {session_id!r} is not open") from None  # never the scoped key
         if self.tier is not None and on_session_event(self.tier, key, event, info.get("expected_s")):
-            self.scheduler._wake_worker()  # the worker times its wait to the prefetch
+            self.scheduler.wake_worker()  # the worker times its wait to the prefetch
 
     def session_is_open(self, session_id: str, cache_salt: str | None = None) -> bool:
         with self.scheduler.lock:

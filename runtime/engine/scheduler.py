@@ -139,7 +139,7 @@ class Scheduler:
             self.thread = threading.Thread(target=self._loop, name="radixagent-scheduler", daemon=True)
             self.thread.start()
 
-    def _wake_worker(self) -> None:
+    def wake_worker(self) -> None:
         """A live worker (started if it retired) sees its next step now; none once closed."""
         with self._worker_lock:
             if not self.closed:
@@ -152,7 +152,7 @@ class Scheduler:
         with self._worker_lock:
             if self.closed or not self.inbox.empty() or self.waiting or self.running or self.swap:
                 return False
-            if self.manager.tier is not None and self.manager.tier.next_due_in() is not None:
+            if self.manager.next_prefetch_in() is not None:
                 return False  # a prefetch is scheduled: stay to run it
             self._retiring, self.thread = self.thread, None
             return True
@@ -198,7 +198,7 @@ class Scheduler:
         for req in hits:
             req.aborted = True
         if hits:
-            self._wake_worker()
+            self.wake_worker()
         return len(hits)
 
     def swap_weights(self, model: LlamaModel | HFModel, timeout_s: float | None = None) -> WeightSwap:
@@ -207,7 +207,7 @@ class Scheduler:
             if self.swap is not None:
                 raise RuntimeError("a weights update is already in progress")
             swap = self.swap = WeightSwap(model, threading.Event())
-        self._wake_worker()
+        self.wake_worker()
         if not swap.done.wait(timeout_s):
             with self.lock:
                 if self.swap is swap:  # not applied yet: withdraw it
@@ -223,10 +223,7 @@ class Scheduler:
         self.model = swap.model
         self.weights_version += 1
         self.manager.reset()  # nothing is locked: no request runs
-        if self.manager.tier is not None:
-            self.manager.tier.refingerprint(
-                swap.model
-            )  # pages stored under the old weights become unreachable
+        self.manager.weights_changed(swap.model)
         swap.paused = len(self.waiting)
         self.swap = None
         swap.done.set()
@@ -239,7 +236,7 @@ class Scheduler:
             with self.lock:
                 self.wake.clear()
                 self._drain_inbox()
-                if self.manager.tier is not None and not self.closed:
+                if not self.closed:
                     self.manager.prefetch_due()  # session prefetches, on this thread like every torch op
                 if self.closed:
                     with self._worker_lock:  # no submit can slip in after this drain
@@ -256,7 +253,7 @@ class Scheduler:
             time.sleep(0)  # hand the lock to API threads (stats, flush, session events) between steps
 
     def _idle_wait(self) -> float:
-        due = self.manager.tier.next_due_in() if self.manager.tier is not None else None
+        due = self.manager.next_prefetch_in()
         return IDLE_EXIT_S if due is None else min(IDLE_EXIT_S, due)
 
     def _drain_inbox(self) -> None:
@@ -412,7 +409,7 @@ class Scheduler:
         req.cached_len = req.lease.cached_len
         req.evicted_len = req.lease.evicted_len
         req.tier_tokens = req.lease.tier_len
-        req.storage_backend = self.manager.tier.backend if self.manager.tier is not None else None
+        req.storage_backend = self.manager.storage_backend
 
     def _build_batch(self) -> tuple[list[Segment], list[Request]]:
         budget, segments, fed = self.chunk_size, [], []
