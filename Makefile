@@ -25,7 +25,7 @@ demo: $(STAMP)
 test: $(STAMP)
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
-	.venv/bin/mypy  # runtime/ and agent/ (pyproject.toml [tool.mypy])
+	.venv/bin/mypy  # what the radixagent command imports (pyproject.toml [tool.mypy])
 	bash tests/sglang/install_client.sh || echo "SGLang's client could not be installed: its test will skip"
 	$(PY) -m pytest -q -x --durations=10
 

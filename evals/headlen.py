@@ -67,7 +67,7 @@ def _one(setup: EvalSetup, doc: Any, questions: Sequence[Any], count: int, mode:
     report = run_qa(backend, doc, questions, examples=count)
     report.raise_if_interrupted()
     calls = [r for res in report.results for r in res.records]
-    judged = [res.row.get("correct") for res in report.results if res.row.get("correct") is not None]
+    judged = [bool(res.row["correct"]) for res in report.results if res.row.get("correct") is not None]
     entry: dict[str, Any] = {
         mode: {
             "accuracy": sum(judged) / len(judged) if judged else None,

@@ -131,7 +131,8 @@ def main(argv: list[str]) -> int:
         backend.close()
     for result in sorted(report.results, key=lambda r: r.row["id"]):
         row = result.row
-        mark = {True: "[green]correct[/]", False: "[red]wrong[/]"}.get(row.get("correct"), "")
+        correct = row.get("correct")
+        mark = "" if correct is None else "[green]correct[/]" if correct else "[red]wrong[/]"
         cites = [f"P{n}" for n in row.get("paragraphs") or []] or [f"L{n}" for n in row["citations"]]
         console.print(f"  {row['id']}: {row['answer']!r} cites {', '.join(cites) or '-'} {mark}")
     console.print(final_table(report))

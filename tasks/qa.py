@@ -33,6 +33,7 @@ from typing import Any
 
 from agent import Agent, Example, Run, Step, StepRecord, Tool, tool
 from agent.constraints import span_pattern
+from agent.examples import ExampleCall
 from runtime.backends.base import Backend, Completion
 from runtime.errors import RadixAgentError
 from tasks import documents, prompts
@@ -111,7 +112,9 @@ def search_tool(doc: Document, question: str = "", evidence: list[Sentence] | No
 def qa_examples(count: int | None = None) -> list[Example]:
     """The first `count` (default all) worked examples of the QA head."""
     rows = prompts.QA_EXAMPLES if count is None else prompts.QA_EXAMPLES[:count]
-    return [Example(q, answer, ((SEARCH, {"query": query}, obs),)) for q, query, obs, answer in rows]
+    return [
+        Example(q, answer, (ExampleCall(SEARCH, {"query": query}, obs),)) for q, query, obs, answer in rows
+    ]
 
 
 def build_agent(

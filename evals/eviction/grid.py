@@ -5,6 +5,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from evals.eviction import workloads
 from evals.eviction.simulator import POLICIES, Replay, budget_for
@@ -73,7 +74,7 @@ def run_cell(cfg: GridConfig, workload: str, n: int, tick: Callable[[], None]) -
                 tick()
     rows = []
     for (frac, policy), runs in acc.items():
-        row = {"workload": workload, "sessions": n, "budget_fraction": frac, "policy": policy}
+        row: dict[str, Any] = {"workload": workload, "sessions": n, "budget_fraction": frac, "policy": policy}
         for key in runs[0]:
             row[key] = statistics.fmean(r[key] for r in runs)
         row["hit_rate"] = row["cached_tokens"] / row["prompt_tokens"] if row["prompt_tokens"] else 0.0

@@ -58,7 +58,7 @@ class TraceGrid:
 
     def runs(self) -> list[tuple[str, int | None, str]]:
         """(mode, capacity, policy); infinite capacity once per mode (no eviction: policy-free)."""
-        out = []
+        out: list[tuple[str, int | None, str]] = []
         for mode in self.modes:
             for cap in self.capacities:
                 out += [(mode, cap, "lru")] if cap is None else [(mode, cap, p) for p in self.policies]
@@ -108,7 +108,9 @@ def add_headroom(rows: list[dict]) -> None:
         lru, oracle = by.get((*key, "lru")), by.get((*key, "oracle"))
         head = lru["recomputed_tokens"] - oracle["recomputed_tokens"] if lru and oracle else 0
         real = lru is not None and head > 0 and head >= MIN_HEADROOM * lru["recomputed_tokens"]
-        r["headroom_captured"] = (lru["recomputed_tokens"] - r["recomputed_tokens"]) / head if real else None
+        r["headroom_captured"] = (
+            (lru["recomputed_tokens"] - r["recomputed_tokens"]) / head if real and lru is not None else None
+        )
 
 
 def run_trace_grid(

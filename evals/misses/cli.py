@@ -39,7 +39,10 @@ def overhead(engine: Any, rounds: int = 30, tokens: int = 1024) -> dict[str, flo
         cache.evict(cache.evictable_size)
     head = random_ids(rng, tokens)
     engine.generate(input_ids=head + [5], sampling_params={"max_new_tokens": 1})
-    on, off, ledger_s, cached = [], [], [], []
+    on: list[float] = []
+    off: list[float] = []
+    ledger_s: list[float] = []
+    cached: list[int] = []
     for i in range(rounds):
         ids = head + random_ids(rng, 2)
         cache.evictions = record if i % 2 == 0 else None
