@@ -43,13 +43,13 @@ deadcode: $(STAMP)
 # cached-vs-uncached eval of the agent suites; writes docs/benchmarks.md.
 bench: $(STAMP)
 	$(PY) -m evals.bench --out docs/benchmarks.md
-	$(PY) -m evals.bench_memory --seconds 60 --json docs/bench-memory.json
+	$(PY) -m evals.bench_memory --seconds 60 --json docs/results/bench-memory.json
 	if [ "$(BENCH_TIER)" = 1 ]; then $(MAKE) bench-tier; fi
 
 # The KV tier (optional section of `make bench BENCH_TIER=1`; its cluster part needs redis-server):
 # reload vs recompute, write policies, prefetch, 2 workers on a shared Redis tier, eviction workload.
 bench-tier: $(STAMP)
-	$(PY) -m evals.bench_tier --out docs/bench_tier.md
+	$(PY) -m evals.bench_tier --out docs/results/bench-tier.md
 
 # llama.cpp for the peer comparison, in its own venv: never a project dependency (~7 min build).
 # AMX off: on CPUs that have it, -march=native builds ggml's AMX matmul, which crashes

@@ -193,12 +193,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--out", type=Path, default=Path("docs/benchmarks.md"), help="markdown report")
     p.add_argument(
-        "--json", type=Path, default=None, help="results JSON (default: bench-results.json beside --out)"
+        "--json", type=Path, default=None, help="results JSON (default: results/bench.json beside --out)"
     )
     p.add_argument(
         "--gpu-json",
         type=Path,
-        default=Path("docs/bench-gpu.json"),
+        default=Path("docs/results/bench-gpu.json"),
         help="GPU figures from `make bench-gpu`, included when the file exists",
     )
     p.add_argument("--no-peers", action="store_true", help="skip HF transformers and llama.cpp")
@@ -235,8 +235,8 @@ def only_kv(args: argparse.Namespace, json_path: Path, gpu: dict[str, Any] | Non
     """`--only kv`: the KV section alone, merged into the last full run's results and report."""
     kv = kv_section(args, None, say)
     if not json_path.exists():
-        json_path.with_name("bench-kv-results.json").write_text(json.dumps(kv, indent=2) + "\n")
-        say(f"no {json_path} to merge into: wrote {json_path.with_name('bench-kv-results.json')} only")
+        json_path.with_name("bench-kv.json").write_text(json.dumps(kv, indent=2) + "\n")
+        say(f"no {json_path} to merge into: wrote {json_path.with_name('bench-kv.json')} only")
         return 0
     results = json.loads(json_path.read_text())
     results["kv_cache"] = kv
@@ -257,6 +257,11 @@ def _summary(path: Path) -> str:
     return ": " + " ".join(paragraph.split())
 
 
+def results_dir(report: Path) -> Path:
+    """Where the report's generated companions go: docs/results/ beside docs/benchmarks.md."""
+    return report.parent / "results"
+
+
 def write_report(results: dict[str, Any], out: Path, gpu: dict[str, Any] | None = None) -> None:
     text = render_report(results)
     if gpu is not None:
@@ -265,10 +270,10 @@ def write_report(results: dict[str, Any], out: Path, gpu: dict[str, Any] | None 
         text += "\n" + "\n".join(kv_markdown(results["kv_cache"])) + "\n"
     if "agent_suites" in results:
         text += "\n" + markdown_section(results["agent_suites"]) + "\n"
-    others = sorted(out.parent.glob("benchmarks-*.md"))
+    others = sorted(p for p in results_dir(out).glob("bench-*.md") if p.name != "bench-core-redesign.md")
     if others:  # measured by their own commands (eval-eviction, eval-cluster, stress)
         text += "\n## Measured by other commands\n\n" + "".join(
-            f"- [{p.name}]({p.name}){_summary(p)}\n" for p in others
+            f"- [{p.name}]({p.relative_to(out.parent)}){_summary(p)}\n" for p in others
         )
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text)
@@ -280,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     from runtime import Engine
 
     args = parse(argv)
-    json_path = args.json or args.out.with_name("bench-results.json")
+    json_path = args.json or results_dir(args.out) / "bench.json"
     gpu = json.loads(args.gpu_json.read_text()) if args.gpu_json.exists() else None
     if args.render_only:
         write_report(json.loads(json_path.read_text()), args.out, gpu)
@@ -313,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
             from evals.run import reduced_eval
 
             say("agent suites: cached vs uncached (reduced eval)")
-            results["agent_suites"] = reduced_eval(engine, args.out.parent / "eval")
+            results["agent_suites"] = reduced_eval(engine, results_dir(args.out) / "eval")
     finally:
         engine.shutdown()
     json_path.parent.mkdir(parents=True, exist_ok=True)

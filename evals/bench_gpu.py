@@ -181,7 +181,7 @@ def device_name(device: str) -> str:
 
 
 def gpu_markdown(gpu: dict[str, Any]) -> list[str]:
-    """The report's GPU section (evals/bench.py renders it when docs/bench-gpu.json exists)."""
+    """The report's GPU section (evals/bench.py renders it when docs/results/bench-gpu.json exists)."""
     from evals.peers.report import throughput_rows
 
     out = [

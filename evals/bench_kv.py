@@ -282,7 +282,7 @@ def kv_section(
         peers=not args.no_peers,
         suites=not args.no_suites and not args.quick,
     )
-    return run_kv(model_path, cfg, say, args.out.parent / "eval")
+    return run_kv(model_path, cfg, say, args.out.parent / "results" / "eval")
 
 
 # ---- report --------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""KV tier benchmarks (issue #24): `python -m evals.bench_tier [--out docs/bench_tier.md]`.
+"""KV tier benchmarks (issue #24): `python -m evals.bench_tier [--out docs/results/bench-tier.md]`.
 
 Sections, all in one process and run (ratios compare numbers taken minutes apart on a shared
 CPU: read them as ratios, not absolute times):
@@ -641,7 +641,7 @@ def render(res: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", type=Path, default=Path("docs/bench_tier.md"))
+    p.add_argument("--out", type=Path, default=Path("docs/results/bench-tier.md"))
     p.add_argument(
         "--tokens", type=int, default=2048, help="prefix length of the reload and prefetch sections"
     )

@@ -1,6 +1,6 @@
 """A 6-call tool agent through each front door: per-call prefix-cache hits and TTFT cached vs not.
 
-    python -m evals.door_agent_cache [--url http://127.0.0.1:PORT] [--turns 6] [--out docs/benchmarks-doors.md]
+    python -m evals.door_agent_cache [--url http://127.0.0.1:PORT] [--turns 6] [--out docs/results/bench-doors.md]
 
 Without --url it starts `radixagent serve` (127.0.0.1, a free port) and stops it at the end. Doors:
 the OpenAI Agents SDK's default model class (`/v1/responses`), the `anthropic` client
@@ -176,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--turns", type=int, default=6, help="model calls per agent")
     p.add_argument("--rounds", type=int, default=3, help="TTFT samples per setting")
     p.add_argument("--max-total-tokens", type=int, default=20000)
-    p.add_argument("--out", type=Path, default=Path("docs/benchmarks-doors.md"))
+    p.add_argument("--out", type=Path, default=Path("docs/results/bench-doors.md"))
     args = p.parse_args(argv)
     proc, url = None, args.url
     with tempfile.TemporaryDirectory() as trace_dir:

@@ -1,7 +1,7 @@
 """Compact forward vs the HF transformers fallback per model family, same weights, same run.
 
     python -m evals.families_bench [--prompt 512] [--decode 64] [--repeats 3] [--threads 2]
-                                   [--out docs/benchmarks-families.md]
+                                   [--out docs/results/bench-families.md]
 
 For each family (Qwen3, Llama 3.x) a small random-weight model is built by transformers from the
 family's real config class (Qwen3: q/k norms, head_dim apart from hidden/heads; Llama 3: the

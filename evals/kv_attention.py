@@ -203,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--json", default=None, help="also write the results here")
     p.add_argument(
-        "--md", default=None, help="also write a markdown report here (docs/benchmarks-kv-attention.md)"
+        "--md", default=None, help="also write a markdown report here (docs/results/bench-kv-attention.md)"
     )
     args = p.parse_args(argv)
     if args.threads:
@@ -245,7 +245,7 @@ def markdown(results: dict[str, dict[str, float]], threads: int, load: float, re
             "# KV formats: read directly or convert per step (`python -m evals.kv_attention`)",
             "",
             f"Command: `python -m evals.kv_attention --threads {threads} --reps {reps} --md "
-            f"docs/benchmarks-kv-attention.md`; 1-minute load average {load:.1f} on 2 cores (a shared machine: "
+            f"docs/results/bench-kv-attention.md`; 1-minute load average {load:.1f} on 2 cores (a shared machine: "
             "the fastest of the interleaved reps is reported; compare ratios within a column).",
             "",
             f"Summary: {summary}",

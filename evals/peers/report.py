@@ -189,11 +189,11 @@ def render_report(r: dict[str, Any]) -> str:
         f"{m['loadavg_1m_start']:.1f} at the start, {m['loadavg_1m_end']:.1f} at the end"
         f"{_load_note(m)}. Model: {r['model']}. "
         f"All sections measured in one run of {r['duration_s']:.0f} s (`python -m evals.bench`); "
-        "raw numbers in `docs/bench-results.json`. Elsewhere: the cache-manager redesign against the "
-        "previous main, side by side ([bench-core-redesign.md](bench-core-redesign.md)), the KV tier "
-        "([bench_tier.md](bench_tier.md)), hardening ([benchmarks-hardening.md](benchmarks-hardening.md)), "
+        "raw numbers in `docs/results/bench.json`. Elsewhere: the cache-manager redesign against the "
+        "previous main, side by side ([bench-core-redesign.md](results/bench-core-redesign.md)), the KV tier "
+        "([bench-tier.md](results/bench-tier.md)), hardening ([bench-hardening.md](results/bench-hardening.md)), "
         "the longdoc eval with the accuracy/TTFT-vs-head-length sweep "
-        "([eval-longdoc/report.md](eval-longdoc/report.md)).",
+        "([eval-longdoc/report.md](results/eval-longdoc/report.md)).",
         "",
         "## Ratios and targets",
         "",

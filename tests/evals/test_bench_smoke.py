@@ -1,5 +1,5 @@
 """`make bench` and `make bench-gpu` at tiny sizes: the measurement functions run and the results
-have the shape docs/bench-results.json and the report rely on (numbers are not checked)."""
+have the shape docs/results/bench.json and the report rely on (numbers are not checked)."""
 
 from __future__ import annotations
 
