@@ -42,14 +42,14 @@ deadcode: $(STAMP)
 # Engine micro-benchmarks, peers (llama.cpp only after bench-peers-setup) and a reduced
 # cached-vs-uncached eval of the agent suites; writes docs/benchmarks.md.
 bench: $(STAMP)
-	$(PY) -m evals.bench --out docs/benchmarks.md
-	$(PY) -m evals.bench_memory --seconds 60 --json docs/results/bench-memory.json
+	$(PY) -m evals.benchmarks.bench --out docs/benchmarks.md
+	$(PY) -m evals.benchmarks.bench_memory --seconds 60 --json docs/results/bench-memory.json
 	if [ "$(BENCH_TIER)" = 1 ]; then $(MAKE) bench-tier; fi
 
 # The KV tier (optional section of `make bench BENCH_TIER=1`; its cluster part needs redis-server):
 # reload vs recompute, write policies, prefetch, 2 workers on a shared Redis tier, eviction workload.
 bench-tier: $(STAMP)
-	$(PY) -m evals.bench_tier --out docs/results/bench-tier.md
+	$(PY) -m evals.benchmarks.bench_tier --out docs/results/bench-tier.md
 
 # llama.cpp for the peer comparison, in its own venv: never a project dependency (~7 min build).
 # AMX off: on CPUs that have it, -march=native builds ggml's AMX matmul, which crashes
@@ -61,14 +61,14 @@ bench-peers-setup:
 
 # On a GPU host with torch already installed: the host's python, not the CPU venv.
 bench-gpu:
-	python3 -m evals.bench_gpu
+	python3 -m evals.benchmarks.bench_gpu
 
 test-sglang: $(STAMP)
 	bash tests/sglang/run.sh
 
 # Long fuzz, 32-session soak, tenant-isolation timing and fault scenarios (loopback, bounded).
 stress: $(STAMP)
-	$(PY) -m evals.stress --out out/stress
+	$(PY) -m evals.hardening.stress --out out/stress
 
 clean:
 	rm -rf .venv .pytest_cache .ruff_cache *.egg-info

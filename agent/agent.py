@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
 import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from agent.accounting import break_units
 from agent.checkpoints import ForkResult, RunResult
@@ -23,6 +24,12 @@ from runtime.backends.base import Backend, Completion
 from runtime.errors import RadixAgentError
 
 DEFAULT_SYSTEM = "You are a careful assistant. Use the tools when they help, then answer briefly."
+
+
+def _is_engine(obj: object) -> bool:
+    # an Engine exists only once its module is imported: no import (and no torch) needed to tell
+    module = sys.modules.get("runtime.engine.engine")
+    return module is not None and isinstance(obj, module.Engine)
 
 
 def _connect(target: object) -> Backend:
@@ -88,9 +95,10 @@ class Agent:
         self.system, self.documents, self.verify = system, tuple(documents), verify
         self.session_id, self.cache_salt, self.priority = session_id, cache_salt, priority
         self.trace_path = Path(trace_path) if trace_path is not None else None
-        # anything runtime.connect takes (an Engine, a URL); connected lazily: building an Agent
-        # never loads a model
-        self._backend = backend if isinstance(backend, Backend) else None
+        # a backend (a Backend, or an object with its generate/tokenize methods), or what
+        # runtime.connect takes (an Engine, a URL), connected lazily: building an Agent never loads a model
+        connects = backend is None or isinstance(backend, str) or _is_engine(backend)
+        self._backend: Backend | None = None if connects else cast(Backend, backend)
         self._target = "embedded" if backend is None else backend
         self._token_prompts = token_prompts
         self._lock = threading.Lock()

@@ -24,7 +24,7 @@ from agent.errors import ParseError
 from agent.layout import Piece, Prompt, PromptLayout
 from agent.tools import Tool, ToolResult
 from agent.trace import SessionLedger, StepRecord, TraceWriter
-from runtime.backends.base import Backend, Completion
+from runtime.backends.base import Backend, Completion, generate_by_keywords
 from runtime.engine.generation import GenerationRequest
 from runtime.errors import RadixAgentError
 from runtime.trace.ledger import StepAccounting
@@ -240,7 +240,11 @@ class Run:
             priority=ctx.priority,
             rid=rid,
         )
-        return ctx.backend.complete(request)
+        backend = ctx.backend
+        if isinstance(backend, Backend):
+            return backend.complete(request)
+        # a duck-typed backend (not a Backend subclass, e.g. a wrapper): its keyword form
+        return generate_by_keywords(backend.generate, request, type(backend).__name__)
 
     def _act(self, step: Step) -> None:
         try:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 COMMANDS: dict[str, tuple[str, str]] = {
-    "eval": ("evals.cli", "cached vs uncached agent suites, report and charts"),
+    "eval": ("evals.suites.cli", "cached vs uncached agent suites, report and charts"),
     "eval-eviction": ("evals.eviction.cli", "compare eviction policies on replayed agent workloads"),
-    "eval-cluster": ("evals.cluster", "routing policies compared on a local cluster"),
+    "eval-cluster": ("evals.cluster.cli", "routing policies compared on a local cluster"),
     "eval-misses": ("evals.misses.cli", "injected cache-miss causes vs the trace's miss attribution"),
 }

@@ -63,7 +63,7 @@ class EngineConfig:
     hicache_size: float | None = None
     #: write_back (on eviction) or write_through (on every publish); None: write_back with the
     #: file backend (a local tier only helps after eviction), write_through with redis (another
-    #: worker can only hit what was written: evals/bench_tier.py measures both)
+    #: worker can only hit what was written: evals/benchmarks/bench_tier.py measures both)
     hicache_write_policy: str | None = None
     #: the redis backend's server (our extension; SGLang configures its backends by extra config)
     hicache_storage_url: str = "redis://127.0.0.1:6379/0"

@@ -7,6 +7,7 @@ sglang (native /generate over HTTP), openai (any OpenAI-compatible /v1/completio
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -57,6 +58,27 @@ class Completion:
     worker_id: str | None = None
 
 
+def generate_by_keywords(
+    generate: Callable[..., Completion], request: GenerationRequest, name: str
+) -> Completion:
+    """Run `request` through a backend's keyword form (`generate(prompt, input_ids, sampling_params,
+    session_id=..., cache_salt=..., priority=..., prefix_cache=..., rid=...)`)."""
+    if not isinstance(request.cache_salt, str | None):  # never run a namespaced request unsalted
+        from runtime.errors import BackendError
+
+        raise BackendError(f"backend {name!r} takes cache_salt as one string", status=400)
+    return generate(
+        request.prompt,
+        list(request.input_ids) if request.input_ids is not None else None,
+        dict(request.sampling_params),
+        session_id=request.session_id,
+        cache_salt=request.cache_salt,
+        priority=request.priority,
+        prefix_cache=request.prefix_cache,
+        rid=request.rid,
+    )
+
+
 class Backend:
     """What `Agent` needs from a model server. Safe to share between threads and agents."""
 
@@ -105,20 +127,7 @@ class Backend:
         backend written against the keyword form (`generate` only) is run through it."""
         if type(self).generate is Backend.generate:
             raise NotImplementedError(f"backend {self.name!r} implements neither complete nor generate")
-        if not isinstance(request.cache_salt, str | None):  # never run a namespaced request unsalted
-            from runtime.errors import BackendError
-
-            raise BackendError(f"backend {self.name!r} takes cache_salt as one string", status=400)
-        return self.generate(
-            request.prompt,
-            list(request.input_ids) if request.input_ids is not None else None,
-            dict(request.sampling_params),
-            session_id=request.session_id,
-            cache_salt=request.cache_salt,
-            priority=request.priority,
-            prefix_cache=request.prefix_cache,
-            rid=request.rid,
-        )
+        return generate_by_keywords(self.generate, request, self.name)
 
     def tokenize(self, text: str) -> list[int]:
         """Token ids of `text` as the server's tokenizer sees it (no special tokens added).

@@ -11,7 +11,7 @@ prefill chunk or appended later, which is what keeps cached = uncached within on
 
 Attention runs in the compute dtype (float32 on the CPU, where the bf16/fp16 SDPA kernels
 measured 4-7x slower). A format stored in another dtype is converted per step and layer into
-a scratch buffer of one layer's K/V that stays in cache (evals/kv_attention.py measures
+a scratch buffer of one layer's K/V that stays in cache (evals/benchmarks/kv_attention.py measures
 reading the stored format directly against converting).
 """
 

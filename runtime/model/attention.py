@@ -15,7 +15,7 @@ the scores and one for the values (fixed shapes per position; keys past p are ma
 the storage past the sequence holds finite values: the pool is zero-filled and padded by
 BLOCK rows, scratches likewise), with at least 4 query rows per call (the smallest count
 MKL's batched matmul treats like any other: measured for 1..199 rows). The cost, measured
-in `evals/kv_attention.py`-style runs: ~1 ms per decode step (30 layers) at 512-4000 tokens.
+in `evals/benchmarks/kv_attention.py`-style runs: ~1 ms per decode step (30 layers) at 512-4000 tokens.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ Why: PyTorch's CPU attention runs in float32 (its bf16/fp16 kernels measured 4-1
 with bfloat16, float16 or int8 KV every layer's K/V was converted into a float32 scratch before
 SDPA: a write and a read of twice the stored bytes per layer and step, most of a decode step at
 2k tokens of context. runtime/model/csrc/decode_attention.c reads each stored row once and converts
-it in registers (measured in `python -m evals.kv_attention`: the "native" rows). The same
+it in registers (measured in `python -m evals.benchmarks.kv_attention`: the "native" rows). The same
 library holds the two other pieces of a quantized model's decode step that PyTorch runs slowly
 on this CPU: the 49152x576 int8 lm_head (torch's int8 kernel ~11 GB/s, this one at the memory's
 speed) and RMSNorm on a few bf16 rows (~6 small ops of ~5 us each in torch, one call here).

@@ -60,7 +60,7 @@ class LlamaModel:
     ) -> None:
         self.cfg, self.dtype, self.device = cfg, dtype, device
         self.torchao_config = torchao_config
-        # CPU attention kernels are 4-15x slower in bf16/fp16 than in fp32 (evals/kv_attention.py):
+        # CPU attention kernels are 4-15x slower in bf16/fp16 than in fp32 (evals/benchmarks/kv_attention.py):
         # on the CPU attention runs in fp32 whatever the weights are. How K/V is *stored* is the
         # engine's kv_cache_dtype (each SeqKV's format); stored otherwise, it is converted per layer.
         self.kv_dtype = torch.float32 if device == "cpu" else dtype

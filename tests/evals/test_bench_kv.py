@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from evals.bench_kv import QUICK_KV, eviction_same_bytes, kv_markdown, kv_ratios
+from evals.benchmarks.bench_kv import QUICK_KV, eviction_same_bytes, kv_markdown, kv_ratios
 
 PER_TOKEN = {"float32": 46080, "bfloat16": 23040, "int8": 12240}
 

@@ -8,8 +8,8 @@ from dataclasses import replace
 
 import pytest
 
-from evals import bench, bench_gpu
-from evals.peers.report import render_report
+from evals.benchmarks import bench, bench_gpu
+from evals.benchmarks.peers.report import render_report
 
 pytestmark = pytest.mark.slow
 
@@ -92,7 +92,7 @@ def test_bench_gpu_tiny_runs_on_cpu(tmp_path, monkeypatch):
 
 
 def test_llama_cpp_peer_without_its_env_says_how_to_set_it_up(tmp_path):
-    from evals.peers.llamacpp import LlamaCppRunner, PeerUnavailable
+    from evals.benchmarks.peers.llamacpp import LlamaCppRunner, PeerUnavailable
 
     with pytest.raises(PeerUnavailable, match="make bench-peers-setup"):
         LlamaCppRunner("model.gguf", env=tmp_path)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from evals.cluster import (
+from evals.cluster.cli import (
     Call,
     Workload,
     account_calls,
@@ -98,7 +98,7 @@ def test_tool_wait_and_router_flags() -> None:
 
     import pytest
 
-    from evals.cluster import SESSION_LABELS, _wait_range, parse
+    from evals.cluster.cli import SESSION_LABELS, _wait_range, parse
 
     assert _wait_range("5,15") == (5.0, 15.0)
     assert _wait_range("2") == (2.0, 2.0)

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from evals import cli
-from evals.backends import EvalSetup
-from evals.metrics import (
+from evals.suites import cli
+from evals.suites.backends import EvalSetup
+from evals.suites.metrics import (
     Comparison,
     RegressionRules,
     compare_outputs,
@@ -21,9 +21,9 @@ from evals.metrics import (
     percentile,
     suite_entry,
 )
-from evals.recording import CallRecord, RecordingBackend
-from evals.report import markdown_section, write_outputs
-from evals.run import EvalConfig, run_eval
+from evals.suites.recording import CallRecord, RecordingBackend
+from evals.suites.report import markdown_section, write_outputs
+from evals.suites.run import EvalConfig, run_eval
 from runtime.backends.base import Backend, Completion
 from tasks import suites
 from tasks.suites import ItemOutcome, SuiteOptions, SuiteOutcome
@@ -320,7 +320,7 @@ def tiny_suite(backend: Backend, options: SuiteOptions) -> SuiteOutcome:
 
 @pytest.mark.slow
 def test_pipeline_on_real_engine(engine: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from evals.backends import embedded_setup
+    from evals.suites.backends import embedded_setup
 
     monkeypatch.setitem(suites.SUITES, "tiny", tiny_suite)
     setup = embedded_setup(engine)

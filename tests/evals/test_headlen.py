@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from evals.backends import EvalSetup
-from evals.headlen import SweepConfig, chart, markdown, run_head_sweep
+from evals.suites.backends import EvalSetup
+from evals.suites.headlen import SweepConfig, chart, markdown, run_head_sweep
 from runtime.backends.base import Backend, Completion
 from runtime.errors import BackendError
 

@@ -1,9 +1,9 @@
-"""The SGLang session-workload tally (evals/sglang_sessions.py): what an unbounded cache would have
+"""The SGLang session-workload tally (evals/eviction/sglang_sessions.py): what an unbounded cache would have
 served, and the recomputed tokens derived from it."""
 
 from __future__ import annotations
 
-from evals.sglang_sessions import Tally
+from evals.eviction.sglang_sessions import Tally
 
 
 def test_recomputed_is_ideal_minus_served() -> None:

@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from evals.isolation import long_prompt, measure, ttft
+from evals.hardening.isolation import long_prompt, measure, ttft
 
 CHAT = "/v1/chat/completions"
 

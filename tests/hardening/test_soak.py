@@ -1,5 +1,5 @@
 """Short soak: `radixagent serve` as a subprocess under 8 concurrent sessions for 20 s (the full run
-is `python -m evals.soak --sessions 32 --minutes 3`)."""
+is `python -m evals.hardening.soak --sessions 32 --minutes 3`)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from evals.soak import SoakConfig, run
+from evals.hardening.soak import SoakConfig, run
 
 
 @pytest.mark.slow  # a `radixagent serve` subprocess loads the model

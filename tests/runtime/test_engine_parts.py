@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from evals.bench_gpu import IdTokenizer
+from evals.benchmarks.bench_gpu import IdTokenizer
 from runtime import Engine
 from runtime.engine.build import sibling_config
 from runtime.engine.tier import FLAT_STATS, on_session_event

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from evals.bench_gpu import IdTokenizer
+from evals.benchmarks.bench_gpu import IdTokenizer
 from runtime import Engine
 from runtime.cache.seq_kv import SeqKV
 from runtime.config import EngineConfig

@@ -11,7 +11,7 @@ import anthropic
 import httpx
 import pytest
 
-from evals.doors.anthropic_agent import TOOLS  # noqa: E402
+from evals.benchmarks.doors.anthropic_agent import TOOLS  # noqa: E402
 from tests.support.server_util import API_KEY
 
 pytestmark = pytest.mark.slow
@@ -216,7 +216,7 @@ def test_x_api_key_auth(secured_server: Any) -> None:
 
 
 def test_six_call_anthropic_agent_door_reads_earlier_turns_from_cache(server: Any) -> None:
-    from evals.doors.anthropic_agent import run_anthropic_agent
+    from evals.benchmarks.doors.anthropic_agent import run_anthropic_agent
 
     rows = run_anthropic_agent(server.url, turns=6, max_tokens=40)
     assert len(rows) == 6

@@ -14,7 +14,7 @@ import openai
 import pytest
 from pydantic import BaseModel
 
-from evals.doors.responses_agent import TOOLS
+from evals.benchmarks.doors.responses_agent import TOOLS
 
 pytestmark = pytest.mark.slow
 

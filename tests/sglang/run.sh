@@ -111,7 +111,7 @@ run_tests() {  # run_tests MODE LOG: tests/sglang/test_real_sglang.py for this c
 }
 
 if [ "${1:-}" = "--bench" ]; then
-    # `run.sh --bench OUT.json`: the same agent workload (evals/sglang_sessions.py) through three
+    # `run.sh --bench OUT.json`: the same agent workload (evals/eviction/sglang_sessions.py) through three
     # set-ups of SGLang's CPU server, one run each: SGLang as it comes (lru, its default Rust core),
     # SGLang's session radix cache alone (lru on its Python core), and ours (session policy +
     # session radix cache, Python core).
@@ -124,7 +124,7 @@ if [ "${1:-}" = "--bench" ]; then
             ours) start plain "$LOG" --enable-session-radix-cache ;;
         esac
         wait_healthy || { tail -40 "$LOG" >&2; echo "SGLang ($setup) exited or is not healthy" >&2; exit 1; }
-        "$ROOT/.venv/bin/python" -m evals.sglang_sessions --url "http://127.0.0.1:$PORT" --label "$setup" --out "$OUT"
+        "$ROOT/.venv/bin/python" -m evals.eviction.sglang_sessions --url "http://127.0.0.1:$PORT" --label "$setup" --out "$OUT"
         grep -m1 -o "Tree Core: [A-Za-z]*" "$LOG" || echo "($setup: no tree-core line)"
         grep -m1 -o "eviction policy session in force.*" "$LOG" || true
         stop

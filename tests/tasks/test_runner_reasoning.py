@@ -166,7 +166,7 @@ def test_answer_after_a_result_is_that_result_and_a_rejected_value_is_not_recomp
 
 @pytest.mark.slow
 def test_reasoning_probe_scores_the_first_forced_calculator_call(engine: Any) -> None:
-    from evals.reasoning_probe import first_attempt
+    from evals.suites.reasoning_probe import first_attempt
     from runtime.backends.embedded import EmbeddedBackend
     from tasks.reasoning import evaluate
 
@@ -182,7 +182,7 @@ def test_reasoning_probe_scores_the_first_forced_calculator_call(engine: Any) ->
 
 
 def test_probe_ranks_the_gold_value_by_how_often_the_attempts_gave_it() -> None:
-    from evals.reasoning_probe import Attempt
+    from evals.suites.reasoning_probe import Attempt
 
     q = Question(id="p2", question="?", answer=["120"])
     # greedy 7, samples: 9 twice, 120 once, a failed call: 9 is the most frequent, then 7, then 120

@@ -1,0 +1,248 @@
+"""The markdown report of `make bench` (docs/benchmarks.md) from its results dict: ratios and
+targets first, then prefix reuse, throughput, multi-session hit rate (evals/benchmarks/bench.py adds the other sections)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+
+def _x(v: float | None, unit: str = "x", digits: int = 2) -> str:
+    return "skipped" if v is None else f"{v:.{digits}f}{unit}"
+
+
+def _target_rows(r: dict[str, Any]) -> list[tuple[str, str, str, bool | None]]:
+    """(what, measured, target, met) for the issues' targets; met is None without a number."""
+    ours, ra, q = r["prefix_reuse"], r["ratios"], r.get("quantized")
+
+    def row(what: str, value: float | None, shown: str, target: str, ok: Callable[[float], bool]):
+        return what, shown, target, None if value is None else ok(value)
+
+    def speed_rows(mode: str, x: dict[str, Any], four_over_one: float | None, vs_lc: float | None):
+        return [
+            row(
+                f"{mode}: cached TTFT, long-document prompt",
+                x["ttft_cached_p50_s"],
+                _x(x["ttft_cached_p50_s"], " s", 3),
+                "<= 0.15 s",
+                lambda v: v <= 0.15,
+            ),
+            row(
+                f"{mode}: single-stream decode at {x['decode_context_tokens']} tokens of context",
+                x["decode_tok_s"],
+                _x(x["decode_tok_s"], " tok/s", 1),
+                ">= 40 tok/s",
+                lambda v: v >= 40,
+            ),
+            row(
+                f"{mode}: aggregate decode, 4 sessions / 1 session",
+                four_over_one,
+                _x(four_over_one),
+                ">= 2.5x",
+                lambda v: v >= 2.5,
+            ),
+            row(f"{mode}: our cached TTFT / llama.cpp's", vs_lc, _x(vs_lc), "<= 1.5x", lambda v: v <= 1.5),
+        ]
+
+    quant_rows = (
+        []
+        if q is None
+        else [
+            *speed_rows(
+                q["torchao_config"],
+                q["prefix_reuse"],
+                ra["quantized_decode_4_over_1_sessions"],
+                ra["quantized_cached_ttft_vs_llama_cpp"],
+            ),
+            row(
+                f"{q['torchao_config']}: our decode / llama.cpp's",
+                ra["quantized_decode_vs_llama_cpp"],
+                _x(ra["quantized_decode_vs_llama_cpp"]),
+                "(ratio)",
+                lambda v: True,
+            ),
+        ]
+    )
+    return [
+        row(
+            "cached TTFT speedup (cold / cached)",
+            ra["cached_ttft_speedup"],
+            _x(ra["cached_ttft_speedup"]),
+            ">= 15x",
+            lambda v: v >= 15,
+        ),
+        *speed_rows("float32", ours, ra["decode_4_over_1_sessions"], ra["cached_ttft_vs_llama_cpp"]),
+        *quant_rows,
+        row(
+            "multi-session hit rate, ours - llama.cpp's",
+            ra["hit_rate_minus_llama_cpp"],
+            _x(
+                None if ra["hit_rate_minus_llama_cpp"] is None else 100 * ra["hit_rate_minus_llama_cpp"],
+                " pt",
+                1,
+            ),
+            "> 0 pt",
+            lambda v: v > 0,
+        ),
+        row(
+            "our decode / llama.cpp's",
+            ra["decode_vs_llama_cpp"],
+            _x(ra["decode_vs_llama_cpp"]),
+            "(ratio)",
+            lambda v: True,
+        ),
+        row(
+            "HF generate's TTFT / our cached TTFT",
+            ra["cached_ttft_speedup_vs_hf_generate"],
+            _x(ra["cached_ttft_speedup_vs_hf_generate"]),
+            "(ratio)",
+            lambda v: True,
+        ),
+        row(
+            "our decode / HF generate's",
+            ra["decode_vs_hf_generate"],
+            _x(ra["decode_vs_hf_generate"]),
+            "(ratio)",
+            lambda v: True,
+        ),
+    ]
+
+
+NAMES = {
+    "radixagent": "radixagent (ours)",
+    "hf_transformers": "HF transformers generate (no reuse)",
+    "llama_cpp": "llama.cpp, live context only",
+    "llama_cpp_ram_cache": "llama.cpp + LlamaRAMCache",
+}
+
+
+def _name(key: str, peer: dict[str, Any]) -> str:
+    if key == "llama_cpp" and "version" in peer:
+        return f"llama.cpp (llama-cpp-python {peer['version']}, prompt cache on)"
+    return NAMES.get(key, key)
+
+
+def _reuse_rows(r: dict[str, Any]) -> list[str]:
+    engines = [(f"radixagent (ours), {r['machine']['dtype']}", r["prefix_reuse"])]
+    if "quantized" in r:
+        engines.append(
+            (f"radixagent (ours), {r['quantized']['torchao_config']}", r["quantized"]["prefix_reuse"])
+        )
+    engines += [(_name(k, v), v["prefix_reuse"]) for k, v in r["peers"].items() if "prefix_reuse" in v]
+    out = [
+        "| engine | prompt tokens | cold TTFT p50 | cached TTFT p50 | speedup | cached tokens | prefill tok/s "
+        "| decode tok/s | greedy cold = cached |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, x in engines:
+        out.append(
+            f"| {name} | {x['prompt_tokens']} | {x['ttft_cold_p50_s']:.3f} s | {x['ttft_cached_p50_s']:.3f} s "
+            f"| {x['speedup_ttft']:.1f}x | {min(x['cached_tokens'])}-{max(x['cached_tokens'])} "
+            f"| {x['prefill_tok_s']:.0f} | {x['decode_tok_s']:.1f} | {x['outputs_identical']:.0%} |"
+        )
+    out += [f"\n{k}: skipped: {v['skipped']}" for k, v in r["peers"].items() if "skipped" in v]
+    return out
+
+
+def throughput_rows(rows: Sequence[dict[str, Any]]) -> list[str]:
+    out = [
+        "| sessions | aggregate decode tok/s | output tok/s (wall) | TTFT p50 | TTFT p95 | prompt tokens "
+        "| cached tokens | wall |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    out += [
+        f"| {x['sessions']} | {x['decode_tok_s']:.1f} | {x['output_tok_s']:.1f} | {x['ttft_p50_s']:.3f} s "
+        f"| {x['ttft_p95_s']:.3f} s | {x['prompt_tokens']} | {x['cached_tokens']} | {x['wall_s']:.1f} s |"
+        for x in rows
+    ]
+    return out
+
+
+def _hit_rows(r: dict[str, Any]) -> list[str]:
+    out = [
+        "| engine | sessions x rounds | prompt tokens | cached tokens | hit rate | TTFT p50, rounds >= 2 |",
+        "|---|---|---|---|---|---|",
+    ]
+    out += [
+        f"| {name} | {x['sessions']} x {x['rounds']} | {x['prompt_tokens']} | {x['cached_tokens']} "
+        f"| {x['hit_rate']:.1%} | {x['ttft_later_rounds_p50_s']:.3f} s |"
+        for name, x in ((NAMES.get(k, k), v) for k, v in r["multi_session"].items())
+    ]
+    return out
+
+
+def _load_note(m: dict[str, Any]) -> str:
+    busy = max(m["loadavg_1m_start"], m["loadavg_1m_end"]) > m["cores"]
+    return (
+        " (above the core count: other work shared the CPU and every time here is inflated)" if busy else ""
+    )
+
+
+def render_report(r: dict[str, Any]) -> str:
+    """Our and the peers' sections; evals/benchmarks/bench.py's `write_report` appends the GPU, KV and suite ones."""
+    m, c = r["machine"], r["config"]
+    lines = [
+        "# Benchmarks (`make bench`)",
+        "",
+        f"Machine: {m['cpu']}, {m['cores']} cores, torch {m['torch']} ({m['torch_threads']} threads), "
+        f"dtype {m['dtype']}, device {m['device']}, Python {m['python']}; 1-minute load average "
+        f"{m['loadavg_1m_start']:.1f} at the start, {m['loadavg_1m_end']:.1f} at the end"
+        f"{_load_note(m)}. Model: {r['model']}. "
+        f"All sections measured in one run of {r['duration_s']:.0f} s (`python -m evals.benchmarks.bench`); "
+        "raw numbers in `docs/results/bench.json`. Elsewhere: the cache-manager redesign against the "
+        "previous main, side by side ([bench-core-redesign.md](results/bench-core-redesign.md)), the KV tier "
+        "([bench-tier.md](results/bench-tier.md)), hardening ([bench-hardening.md](results/bench-hardening.md)), "
+        "the longdoc eval with the accuracy/TTFT-vs-head-length sweep "
+        "([eval-longdoc/report.md](results/eval-longdoc/report.md)).",
+        "",
+        "## Ratios and targets",
+        "",
+        "| what | measured | target | met |",
+        "|---|---|---|---|",
+    ]
+    for what, shown, target, met in _target_rows(r):
+        lines.append(
+            f"| {what} | {shown} | {target} | {'-' if met is None or target == '(ratio)' else 'yes' if met else 'NO'} |"
+        )
+    lines += [
+        "",
+        f"## Prefix reuse: ~{c['doc_tokens']}-token document + short question",
+        "",
+        f"Cold: cache emptied before each of {c['repeats'] + 1} runs; cached: {c['repeats']} other questions "
+        f"on the same document (medians). Same token ids for every engine, greedy, {c['out_tokens']} new tokens; "
+        "decode "
+        f"tok/s from one {c['decode_tokens']}-token answer at that context. HF `generate` keeps nothing "
+        "between calls (its cached column is a second question recomputed); llama.cpp runs with its "
+        "prompt cache (live context + LlamaRAMCache)"
+        + (
+            f", {r['peers']['llama_cpp']['threads']} thread(s)."
+            if "threads" in r["peers"].get("llama_cpp", {})
+            else "."
+        ),
+        "",
+    ]
+    lines += _reuse_rows(r)
+    lines += [
+        "",
+        "## Throughput: concurrent sessions (threads calling the engine)",
+        "",
+        f"Each session asks one question about its own {c['session_prompt_tokens']}-token document and "
+        f"decodes {c['session_new_tokens']} tokens; all start together. Aggregate decode tok/s counts the "
+        "tokens produced while every session was decoding (last first token to first finish).",
+        "",
+    ]
+    lines += throughput_rows(r["throughput"]["rows"])
+    if "quantized" in r:
+        lines += ["", f"With `--torchao-config {r['quantized']['torchao_config']}` (same sessions):", ""]
+        lines += throughput_rows(r["quantized"]["throughput"]["rows"])
+    lines += [
+        "",
+        f"## Multi-session hit rate: {c['hit_docs']} documents of {c['hit_doc_tokens']} tokens, questions "
+        "alternating between them",
+        "",
+        "llama.cpp reuses only its live context (one prompt per slot); with llama-cpp-python's "
+        "LlamaRAMCache it restores saved states.",
+        "",
+    ]
+    lines += _hit_rows(r)
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,1 @@
+"""`radixagent eval-cluster`: routing policies compared on a local cluster."""

@@ -1,0 +1,1 @@
+"""Long hardening runs (`make stress`): fuzz, soak, tenant isolation through timing."""

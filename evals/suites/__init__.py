@@ -1,0 +1,1 @@
+"""The cached-vs-uncached eval (`radixagent eval`): suites run twice, recorded, reported, charted."""
