@@ -35,11 +35,9 @@ class PooledKV:
                 plane[:, :, at : at + n].copy_(plane[:, :, first : first + n])
             at += n
 
-    def held_bytes(self, buffers: Sequence[object]) -> int:
-        return self.pool.capacity_bytes  # per-request views add no K/V bytes
-
     @property
-    def budget_bytes(self) -> int:
+    def held_bytes(self) -> int:
+        """The pool's bytes: a request's K/V is a view of its slots, never a copy of its own."""
         return self.pool.capacity_bytes
 
 
