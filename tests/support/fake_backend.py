@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runtime.backends.base import Backend, Completion
+from runtime.engine.generation import GenerationRequest
 from runtime.errors import BackendError
 
 IM_START, IM_END = "<|im_start|>", "<|im_end|>"
@@ -210,3 +211,47 @@ def arithmetic_model(call: FakeCall) -> str:
     return json.dumps(
         {"tool": "add", "arguments": {"a": int(numbers[-2]), "b": int(numbers[-1])}}, separators=(",", ":")
     )
+
+
+class ReplyBackend(Backend):
+    """Text-mode fake without a tokenizer (the agent then lays prompts out as text): `reply(prompt,
+    sampling_params)` is the model's output. Every call is recorded with the request's fields.
+    A JSON-mode reply that does not close its object ran out of tokens (`finish_reason` length)."""
+
+    name = "reply"
+
+    def __init__(self, reply: Callable[[str, dict[str, Any]], str]) -> None:
+        self.reply = reply
+        self.calls: list[dict[str, Any]] = []
+
+    @classmethod
+    def replaying(cls, outputs: Sequence[str]) -> ReplyBackend:
+        """Answers with `outputs` in order, one per call."""
+        queue = list(outputs)
+        return cls(lambda _prompt, _params: queue.pop(0))
+
+    @property
+    def params(self) -> list[dict[str, Any]]:
+        return [c["params"] for c in self.calls]
+
+    def complete(self, request: GenerationRequest) -> Completion:
+        params, prompt = dict(request.sampling_params), request.prompt or ""
+        self.calls.append(
+            {
+                "prompt": request.prompt,
+                "params": params,
+                "session_id": request.session_id,
+                "cache_salt": request.cache_salt,
+                "priority": request.priority,
+                "prefix_cache": request.prefix_cache,
+                "rid": request.rid,
+            }
+        )
+        text = "" if params.get("max_new_tokens") == 0 else self.reply(prompt, params)
+        cut = "json_schema" in params and bool(text) and not text.endswith("}")
+        return Completion(
+            text, [], len(prompt) // 4, 0, len(text) // 4, "length" if cut else "stop", 0.01, 0.02
+        )
+
+    def tokenize(self, text: str) -> list[int]:
+        raise BackendError("reply backend: no tokenizer")

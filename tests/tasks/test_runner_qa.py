@@ -10,8 +10,6 @@ from typing import Any
 
 import pytest
 
-from runtime.backends.base import Backend, Completion
-from runtime.errors import BackendError
 from tasks.backend_setup import context_limit, with_cache
 from tasks.citations import check_answer, strip_refs
 from tasks.documents import Document, load_document
@@ -19,6 +17,7 @@ from tasks.errors import TaskInputError
 from tasks.qa import run_qa
 from tasks.qa_cli import main, summarize
 from tasks.questions import Question
+from tests.support.fake_backend import ReplyBackend
 
 DOC_TEXT = (
     "The harbour town wakes early and the boats leave before dawn.\n"
@@ -29,25 +28,9 @@ DOC_TEXT = (
 )
 
 
-class ScriptedBackend(Backend):
+def scripted(reply: Callable[[str], str]) -> ReplyBackend:
     """Text-mode fake: `reply(prompt)` gives the model's output; every call is recorded."""
-
-    name = "scripted"
-
-    def __init__(self, reply: Callable[[str], str]) -> None:
-        self.reply = reply
-        self.calls: list[dict[str, Any]] = []
-
-    def generate(self, prompt=None, input_ids=None, sampling_params=None, **kwargs: Any) -> Completion:
-        self.calls.append({"prompt": prompt, "params": dict(sampling_params or {}), **kwargs})
-        text = "" if (sampling_params or {}).get("max_new_tokens") == 0 else self.reply(prompt or "")
-        finish = (
-            "stop" if text.endswith("}") or not text else "length"
-        )  # an unclosed answer ran out of tokens
-        return Completion(text, [], len(prompt or "") // 4, 0, len(text) // 4, finish, 0.01, 0.02)
-
-    def tokenize(self, text: str) -> list[int]:
-        raise BackendError("scripted backend cannot tokenize")
+    return ReplyBackend(lambda prompt, _params: reply(prompt))
 
 
 def _doc(tmp_path: Path, text: str = DOC_TEXT) -> Document:
@@ -86,7 +69,7 @@ def test_verifier_accepts_cited_and_grounds_uncited(tmp_path: Path) -> None:
 
 
 def test_run_qa_writes_answers_and_trace_and_backtracks(tmp_path: Path) -> None:
-    backend = ScriptedBackend(_answers)
+    backend = scripted(_answers)
     report = run_qa(backend, _doc(tmp_path), QUESTIONS, out_dir=tmp_path / "out", max_steps=4)
     rows = [json.loads(line) for line in (tmp_path / "out" / "answers.jsonl").read_text().splitlines()]
     assert [r["id"] for r in rows] == ["q1", "q2"]
@@ -121,7 +104,7 @@ def test_run_qa_writes_answers_and_trace_and_backtracks(tmp_path: Path) -> None:
 def test_no_cache_sends_prefix_cache_false_on_every_request(
     tmp_path: Path, capsys: Any, monkeypatch: Any
 ) -> None:
-    backend = ScriptedBackend(_answers)
+    backend = scripted(_answers)
     monkeypatch.setattr("tasks.backend_setup.open_backend", lambda spec: backend)
     doc = tmp_path / "doc.txt"
     doc.write_text(DOC_TEXT, encoding="utf-8")
@@ -141,7 +124,7 @@ def test_partial_run_keeps_answered_lines(tmp_path: Path) -> None:
             raise KeyboardInterrupt
 
     report = run_qa(
-        ScriptedBackend(_answers), _doc(tmp_path), QUESTIONS, out_dir=tmp_path / "out", on_step=stop_on_second
+        scripted(_answers), _doc(tmp_path), QUESTIONS, out_dir=tmp_path / "out", on_step=stop_on_second
     )
     assert report.interrupted
     lines = (tmp_path / "out" / "answers.jsonl").read_text().splitlines()
@@ -150,9 +133,7 @@ def test_partial_run_keeps_answered_lines(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("opening", ['{"answer":"', '{"answer": "'])  # llguidance, SGLang's xgrammar
 def test_answer_cut_by_max_new_tokens_is_salvaged(tmp_path: Path, opening: str) -> None:
-    backend = ScriptedBackend(
-        lambda prompt: opening + "The secret code of the green door is 5120. Nobody else kn"
-    )
+    backend = scripted(lambda prompt: opening + "The secret code of the green door is 5120. Nobody else kn")
     report = run_qa(backend, _doc(tmp_path), QUESTIONS[:1], max_steps=3)
     (result,) = report.results
     assert result.status == "answered" and result.row["correct"] is True and result.row["steps"] == 1
@@ -194,11 +175,11 @@ def test_a_server_pool_smaller_than_the_head_is_refused_before_any_question(tmp_
     """A real SGLang server refuses inputs past its `max_req_input_len` (run.sh's default 1,024-token
     pool is smaller than a longdoc head): the runner must say so, not score every question wrong."""
 
-    class SmallServer(ScriptedBackend):
+    class SmallServer(ReplyBackend):
         def server_info(self) -> dict[str, Any]:
             return {"max_total_num_tokens": 1024, "internal_states": [{"max_req_input_len": 1018}]}
 
-    backend = SmallServer(_answers)
+    backend = SmallServer(lambda prompt, _params: _answers(prompt))
     assert context_limit(backend) == 1018 and context_limit(with_cache(backend, False)) == 1018
     doc = _doc(tmp_path, "\n".join(f"Line {i} says the sea was calm." for i in range(60)))
     with pytest.raises(TaskInputError, match=r"doc\.txt: document is \d+ tokens"):
@@ -251,7 +232,7 @@ def test_longdoc_suite_passes_ctrl_c_on_to_the_eval() -> None:
     def reply(prompt: str) -> str:
         raise KeyboardInterrupt
 
-    backend = ScriptedBackend(reply)
+    backend = scripted(reply)
     with pytest.raises(KeyboardInterrupt):
         run_longdoc_suite(backend, SuiteOptions(limit=2))
     assert backend.calls

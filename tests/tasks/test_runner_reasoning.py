@@ -7,28 +7,9 @@ from typing import Any
 import pytest
 
 from agent import ToolError
-from runtime.backends.base import Backend, Completion
-from runtime.errors import BackendError
 from tasks.questions import Question
 from tasks.reasoning import calculator_tool, evaluate, is_correct, solve
-
-
-class ScriptedBackend(Backend):
-    """Text-mode fake replaying `outputs` in order."""
-
-    name = "scripted"
-
-    def __init__(self, outputs: list[str]) -> None:
-        self.outputs = list(outputs)
-        self.params: list[dict[str, Any]] = []
-
-    def generate(self, prompt=None, input_ids=None, sampling_params=None, **kwargs: Any) -> Completion:
-        self.params.append(dict(sampling_params or {}))
-        text = self.outputs.pop(0)
-        return Completion(text, [], len(prompt or "") // 4, 0, 5, "stop", 0.01, 0.02)
-
-    def tokenize(self, text: str) -> list[int]:
-        raise BackendError("no tokenizer")
+from tests.support.fake_backend import ReplyBackend
 
 
 @pytest.mark.parametrize(
@@ -67,7 +48,7 @@ def test_wrong_answer_is_rejected_then_rolled_back() -> None:
         '{"tool":"calculator","arguments":{"expression":"12*24-150-18"}}',
         '{"answer":"120"}',
     ]
-    backend = ScriptedBackend(outputs)
+    backend = ReplyBackend.replaying(outputs)
     question = Question(id="r1", question="A baker makes 12 trays of 24 cookies...", answer=["120"])
     res = solve(backend, question, max_steps=6)
     assert res.correct is True and res.result.status == "answered"
@@ -130,7 +111,7 @@ def test_solve_narrows_the_calculator_to_the_problems_numbers():
     import json
 
     outputs = ['{"tool":"calculator","arguments":{"expression":"12*24-150-18"}}', '{"answer":"120"}']
-    backend = ScriptedBackend(outputs)
+    backend = ReplyBackend.replaying(outputs)
     question = Question(id="r1", question="A baker makes 12 trays of 24 cookies...", answer=["120"])
     solve(backend, question, max_steps=4)
     first = json.loads(backend.params[0]["json_schema"])
@@ -150,7 +131,7 @@ def test_answer_after_a_result_is_that_result_and_a_rejected_value_is_not_recomp
         '{"tool":"calculator","arguments":{"expression":"12*24-150-18"}}',
         '{"answer":"120"}',
     ]
-    backend = ScriptedBackend(outputs)
+    backend = ReplyBackend.replaying(outputs)
     question = Question(id="r1", question="A baker makes 12 trays of 24 cookies...", answer=["120"])
     res = solve(backend, question, max_steps=8)
     assert res.correct is True

@@ -3,39 +3,24 @@
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import pytest
 
-from runtime.backends.base import Backend, Completion
-from runtime.errors import BackendError
 from tasks.suites import SUITES, ItemOutcome, SuiteOptions, SuiteOutcome, run_suite
+from tests.support.fake_backend import ReplyBackend
 
 
-class RecordingBackend(Backend):
+def recording() -> ReplyBackend:
     """Answers every agent call with a fixed answer and records what each call asked for."""
-
-    name = "recording"
-
-    def __init__(self) -> None:
-        self.calls: list[dict[str, Any]] = []
-
-    def generate(self, prompt=None, input_ids=None, sampling_params=None, **kwargs: Any) -> Completion:
-        params = dict(sampling_params or {})
-        self.calls.append({"params": params, **kwargs})
-        text = json.dumps({"answer": "42"}) if "json_schema" in params else "Hello there."
-        if params.get("max_new_tokens") == 0:
-            text = ""
-        return Completion(text, [], 100, 0, 3, "stop", 0.01, 0.02)
-
-    def tokenize(self, text: str) -> list[int]:
-        raise BackendError("no tokenizer")
+    return ReplyBackend(
+        lambda _prompt, params: json.dumps({"answer": "42"}) if "json_schema" in params else "Hello there."
+    )
 
 
 def test_registry_and_options() -> None:
     assert set(SUITES) == {"longdoc", "reasoning", "chat"}
     with pytest.raises(ValueError, match="unknown suite"):
-        run_suite("nope", RecordingBackend())
+        run_suite("nope", recording())
     with pytest.raises(ValueError):
         SuiteOptions(limit=0)
     with pytest.raises(ValueError):
@@ -45,7 +30,7 @@ def test_registry_and_options() -> None:
 @pytest.mark.parametrize("name", ["longdoc", "reasoning", "chat"])
 @pytest.mark.parametrize("prefix_cache", [True, False])
 def test_each_suite_runs_through_the_given_backend(name: str, prefix_cache: bool) -> None:
-    backend = RecordingBackend()
+    backend = recording()
     outcome = run_suite(name, backend, SuiteOptions(limit=2, prefix_cache=prefix_cache))
     assert isinstance(outcome, SuiteOutcome) and outcome.suite == name and outcome.e2e_s >= 0
     assert len(outcome.items) == 2 and all(isinstance(i, ItemOutcome) for i in outcome.items)
