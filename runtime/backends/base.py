@@ -3,6 +3,8 @@
 A backend turns a prompt (text or token ids) into a `Completion` that says how many prompt
 tokens the serving cache already held. Implementations: embedded (in-process Engine),
 sglang (native /generate over HTTP), openai (any OpenAI-compatible /v1/completions).
+The agent builds one `GenerationRequest` per call and hands it to `complete`; `generate` is the
+keyword form for people (and for backends written against it, which `complete` then runs).
 """
 
 from __future__ import annotations
