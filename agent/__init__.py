@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from agent.actions import Action, action_schema, parse_action
 from agent.agent import Agent
-from agent.checkpoints import Checkpoint, ForkResult, RunResult, Step
+from agent.checkpoints import Checkpoint, ForkResult, RunResult, RunStatus, Step
 from agent.config import AgentConfig
 from agent.errors import AgentError, ParseError, ToolError
 from agent.examples import Example, ExampleCall
@@ -28,6 +28,7 @@ __all__ = [
     "PromptLayout",
     "Run",
     "RunResult",
+    "RunStatus",
     "SessionLedger",
     "Step",
     "StepRecord",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from agent.actions import Action
 from agent.trace import StepRecord
@@ -37,14 +37,17 @@ class Step:
     abandoned: bool = False  # rolled back: no longer on the live path
 
 
+#: how a run ended ("running" only while it runs): answered, out of steps, its answer rejected by
+#: the verifier, a dead end declared with no checkpoint left, or failed
+RunStatus = Literal["running", "answered", "max_steps", "rejected", "dead_end", "error"]
+
+
 @dataclass(slots=True)
 class RunResult:
-    """`status`: "answered" | "max_steps" | "rejected" | "dead_end" | "error"."""
-
     answer: str | None
     steps: list[Step]
     trace: list[StepRecord]
-    status: str
+    status: RunStatus
     session_id: str = ""
     run_id: str = ""
     branch: int = 0

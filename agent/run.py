@@ -16,7 +16,7 @@ from typing import Any
 from agent import prompts
 from agent.accounting import TraceObserver, break_units
 from agent.actions import Action, action_schema, parse_action, thought_schema
-from agent.checkpoints import Checkpoint, RunResult, Step
+from agent.checkpoints import Checkpoint, RunResult, RunStatus, Step
 from agent.choice import allowed_actions
 from agent.config import AgentConfig
 from agent.constraints import context_numbers
@@ -102,7 +102,7 @@ class Run:
             (ctx.run_id, ctx.session_id, branch),
             ctx.cache_salt,
         )
-        self.status = "running"
+        self.status: RunStatus = "running"
         self.answer: str | None = None
         self.verified: bool | None = None
         self._errors = 0
