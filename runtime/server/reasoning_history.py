@@ -19,6 +19,7 @@ the trace counts the tokens lost as the miss cause `template_rewrite` (runtime/t
 from __future__ import annotations
 
 import contextvars
+import functools
 import json
 import threading
 import uuid
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from runtime.server.reasoning import ReasoningParser
+from runtime.server.turn_records import captured
 
 HISTORY_MODES = ("preserve", "template")
 
@@ -104,6 +106,7 @@ class TurnMemo:
                 self._items.move_to_end(key)
             while len(self._items) > self._capacity:
                 self._items.popitem(last=False)
+        captured(functools.partial(self.record, keys, turn), turn.text, turn.output_ids)
 
     def lookup(self, key: str) -> Turn | None:
         with self._lock:

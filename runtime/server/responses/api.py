@@ -23,6 +23,7 @@ from runtime.server.responses.store import ResponseStore, StoreConfig, StoredRes
 from runtime.server.responses.translate import input_items, to_chat_body
 from runtime.server.schemas import ChatCompletionRequest, StreamOptions
 from runtime.server.state import ServerState
+from runtime.server.turn_records import CAPTURE, Replay
 
 Chat = Callable[[ChatCompletionRequest, Request], Awaitable[Response]]
 
@@ -113,10 +114,16 @@ def _create_route(r: APIRouter, state: ServerState, chat: Chat, store: ResponseS
         named = req.prompt_cache_key or request.headers.get("x-session-id")
         session = named or (prior.chain if prior is not None else rid)
         items = tuple(input_items(req))
+        # the turns this request records (and the chain's, put back first) go with what is stored
+        recorded: list[Replay] = []
+        CAPTURE.set(recorded)
+        if prior is not None:
+            prior.restore()
 
         def keep(response: dict[str, Any]) -> None:
             if req.store:
-                store.put(tenant, rid, StoredResponse((*context, *items), response, items, session))
+                stored = StoredResponse((*context, *items), response, items, session, tuple(recorded))
+                store.put(tenant, rid, stored)
 
         answer = await _run(chat, req, context, session, request)
         model = req.model or state.model_name

@@ -14,6 +14,8 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
+from runtime.server.turn_records import Replay
+
 
 @dataclass(frozen=True)
 class StoreConfig:
@@ -30,11 +32,20 @@ class StoredResponse:
     body: dict[str, Any]
     input_items: tuple[dict[str, Any], ...]
     chain: str
+    #: the generated turns of its chain as the chat path remembered them (runtime/server/turn_records.py)
+    replays: tuple[Replay, ...] = ()
     size: int = field(init=False)
 
     def __post_init__(self) -> None:
         parts = (list(self.history), self.body, list(self.input_items))
-        object.__setattr__(self, "size", sum(len(json.dumps(p)) for p in parts))
+        held = sum(r.nbytes for r in self.replays)
+        object.__setattr__(self, "size", sum(len(json.dumps(p)) for p in parts) + held)
+
+    def restore(self) -> None:
+        """Put the chain's generated turns back into the chat path's memos, so that the next
+        turn renders them as the tokens generated, however long ago the memos dropped them."""
+        for replay in self.replays:
+            replay.run()
 
     def context(self) -> list[dict[str, Any]]:
         """What a response continuing this one starts from: history, then this output."""

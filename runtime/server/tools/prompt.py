@@ -14,6 +14,7 @@ A chat template that takes `tools` gets them (same sorted definitions) and the O
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 from collections import OrderedDict
@@ -24,6 +25,7 @@ from typing import Any
 from runtime.server.errors import ApiError
 from runtime.server.tools.calls import Tool
 from runtime.server.tools.formats import RawCall, ToolFormat, canonical_json
+from runtime.server.turn_records import captured
 
 
 def tools_block(tools: tuple[Tool, ...], fmt: ToolFormat) -> str:
@@ -75,6 +77,7 @@ class CallMemo:
             self._items[ids[0]] = _Memo(text, (content or "").strip(), key, output_ids)
             while len(self._items) > self._capacity:
                 self._items.popitem(last=False)
+        captured(functools.partial(self.record, ids, text, content, calls, output_ids), text, output_ids)
 
     def lookup(self, first_id: str, content: str, calls: tuple[tuple[str, str], ...]) -> Hit | None:
         with self._lock:
