@@ -118,6 +118,10 @@ class RadixCacheManager:
         """Leading tokens of `key` the tree would serve now; changes nothing."""
         return self.tree.cached_length(key, namespace) if self.shares(prefix_cache) else 0
 
+    def holds(self, node: TreeNode) -> bool:
+        """Whether a node a lease published is still in the tree (its slots still the same KV)."""
+        return self.tree.attached(node)
+
     def room(self) -> int:
         """Slots the pool could hand out now, evicting every unlocked leaf (an unlocked node has
         no locked descendant, so all of `evictable_size` can go)."""
@@ -172,23 +176,28 @@ class RadixCacheManager:
         if n > held:
             lease.slots += self._alloc(n - held, lease.slots)
 
-    def publish(self, lease: Lease, ids: Sequence[int], upto: int) -> None:
+    def publish(self, lease: Lease, ids: Sequence[int], upto: int) -> bool:
         """Insert `ids[:upto]` (positions the lease computed or matched) into the tree; the lock
-        moves to the new path end. Slots holding KV the tree already had are freed."""
-        if not lease.shares or upto <= lease.tree_len:
-            return
+        moves to the new path end. Slots holding KV the tree already had are freed. True when
+        the tree's copy of `ids[:upto]` is now the KV the lease read (no position computed twice)."""
+        if not lease.shares:
+            return False
+        if upto <= lease.tree_len:
+            return True
         assert lease.node is not None
         key = list(ids[:upto])
         done = self.tree.insert(key, lease.slots[:upto], lease.namespace, lease.priority, lease.session_id)
         # The tree adopts slots[present:upto] where they are (their KV is written already). The
         # positions it held before were computed twice: the request keeps reading its own copy
         # (another chunking may round a row differently), those slots are freed at release.
+        own = done.present <= lease.tree_len
         lease.dups += lease.slots[lease.tree_len : done.present]
         if self.tier is not None:  # write_through stores what was just published
             self.tier.on_publish(lease.namespace, key, done.slots, done.present)
         self.tree.lock(done.node)
         self.tree.unlock(lease.node)
         lease.node, lease.tree_len = done.node, upto
+        return own
 
     def release(self, lease: Lease, ids: Sequence[int], computed: int, insert: bool) -> None:
         """End the lease: with `insert`, publish the first `computed` positions; free the rest,

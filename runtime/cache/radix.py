@@ -312,6 +312,15 @@ class RadixCache:
         self.counters.evicted_tokens += len(node.key)
         return len(node.key)
 
+    def attached(self, node: TreeNode) -> bool:
+        """Whether `node` is still in the tree: neither evicted nor reset away (a split keeps the
+        object as the lower part, so it stays attached with the slots it had)."""
+        while node.parent is not None:
+            if node.parent.children.get(node.key[0]) is not node:
+                return False
+            node = node.parent
+        return self.roots.get(node.namespace) is node
+
     def path_nodes(
         self, key: Sequence[int], namespace: str = "", split_at: int | None = None
     ) -> list[tuple[TreeNode, int]]:

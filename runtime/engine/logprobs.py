@@ -18,11 +18,20 @@ computed after a cache hit would differ from an uncached run's in the sixth digi
 whole prompt makes them bit-identical to a `prefix_cache=False` run, which is what evals compare.
 With `enable_deterministic_inference` (runtime/model/attention.py) rows do not depend on their step, so
 a logprob request is served from the cache up to `logprob_start_len`, as in SGLang.
+
+Twins: logprob requests with the same prompt (the choices of n > 1, a client retrying) still share
+its prefill. The first one computes the whole prompt and publishes it; `PrefillMemo` keeps what the
+KV alone cannot give back (the last prompt position's logits and the prompt logprobs) with the tree
+node its publish ended at, when the tree took that request's own KV (not an older copy computed in
+other chunks). While that node stays in the tree, the tree's path for the prompt is the very KV the
+logits were computed beside: a twin takes the whole prompt from it and adopts the rest, so its
+numbers are the first one's bits. Otherwise it computes its prompt as above.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +40,7 @@ import torch
 from runtime.errors import InvalidRequest
 
 if TYPE_CHECKING:
+    from runtime.cache.radix import TreeNode
     from runtime.engine.generation import LogprobArgs
 
 #: SGLang returns at most this many top logprobs per position (OpenAI's top_logprobs max is 20)
@@ -115,6 +125,19 @@ class LogprobState:
         self.input_vals += rows.gather(1, targets[:, None])[:, 0].tolist()
         self.input_top += _top(rows, self.spec.top_n) if self.spec.top_n else [None] * len(targets)
 
+    def covered_by(self, spec: LogprobSpec) -> bool:
+        """Whether a twin computed under `spec` reported every prompt logprob this state reports
+        (the same top-k: a longer top list cut short could order ties differently)."""
+        return spec.start <= self.spec.start and spec.top_n == self.spec.top_n
+
+    def adopt(self, twin: PrefillRecord) -> None:
+        """Take the prompt logprobs a twin computed (`covered_by(twin.spec)` holds)."""
+        if self.spec.start >= self.prompt_len:
+            return  # no prompt position reported
+        skip = self.spec.start - twin.spec.start + 1  # this state's first position has no logprob
+        self.input_vals[1:] = twin.input_vals[skip:]
+        self.input_top[1:] = twin.input_top[skip:]
+
     def record_output(self, logprobs: torch.Tensor, token: int) -> None:
         """logprobs: [vocab] of the distribution the token was drawn from (Sampler.logprobs)."""
         self.output_vals.append(float(logprobs[token]))
@@ -139,6 +162,57 @@ class LogprobState:
             out["input_top_logprobs"] = [_triples(t, decode) for t in self.input_top[: len(reported)]]
             out["output_top_logprobs"] = [_triples(t, decode) for t in self.output_top[: len(out_ids)]]
         return out
+
+
+@dataclass(frozen=True, slots=True)
+class PrefillRecord:
+    """What a logprob request's prefill left beside its KV (see the module docstring)."""
+
+    logits: torch.Tensor  # [vocab]: the last prompt position's raw logits
+    spec: LogprobSpec
+    input_vals: tuple[float | None, ...]
+    input_top: tuple[Top | None, ...]
+    node: TreeNode  # where the prompt's path ended in the tree when published (evicted: no twin)
+    weights_version: int
+
+
+#: prompts whose prefill results are kept (each holds one vocabulary-sized logits row)
+PREFILL_MEMO_SIZE = 16
+
+
+class PrefillMemo:
+    """Recent logprob prefills by (namespace, prompt), least recently used dropped first."""
+
+    def __init__(self, size: int = PREFILL_MEMO_SIZE) -> None:
+        self.size = size
+        self._records: OrderedDict[tuple[str, tuple[int, ...]], PrefillRecord] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def remember(self, namespace: str, prompt: Sequence[int], record: PrefillRecord) -> None:
+        key = (namespace, tuple(prompt))
+        self._records[key] = record
+        self._records.move_to_end(key)
+        while len(self._records) > self.size:
+            self._records.popitem(last=False)
+
+    def find(
+        self, namespace: str, prompt: Sequence[int], state: LogprobState, weights_version: int
+    ) -> PrefillRecord | None:
+        """A record a request with this prompt and logprob state may adopt, if one is kept."""
+        key = (namespace, tuple(prompt))
+        record = self._records.get(key)
+        if record is None or record.weights_version != weights_version or not state.covered_by(record.spec):
+            return None
+        self._records.move_to_end(key)
+        return record
+
+    def forget(self, namespace: str, prompt: Sequence[int]) -> None:
+        self._records.pop((namespace, tuple(prompt)), None)
+
+    def clear(self) -> None:
+        self._records.clear()
 
 
 def _top(rows: torch.Tensor, k: int) -> list[Top]:

@@ -56,6 +56,8 @@ class Request:
     evicted_len: int = 0  # prompt tokens after cached_len the tree held and evicted (issue 19)
     tier_tokens: int = 0  # of which loaded from the KV tier's store for this request
     storage_backend: str | None = None  # the engine's tier backend, when it has one
+    #: a logprob request that adopted a twin's prefill (runtime/engine/logprobs.py): served whole
+    twin: bool = False
     output_ids: list[int] = field(default_factory=list)
     first_token_time: float | None = None
     finish_reason: FinishReason | None = None
@@ -101,7 +103,8 @@ class Request:
             "ttft": (self.first_token_time or now) - self.arrival,
             # misses (issue 19): why the rest was not cached (docs/compat.md)
             "evicted_prefix_tokens": self.evicted_len,
-            "prefix_cache": self.prefix_cache and self.logprob is None,  # logprob requests match nothing
+            # logprob requests match nothing, unless a twin computed their prompt
+            "prefix_cache": self.prefix_cache and (self.logprob is None or self.twin),
         }
         if self.storage_backend is not None and self.cached_len:
             # SGLang HiCache's breakdown (present on a hit): pool, host memory (none here), storage

@@ -25,7 +25,8 @@ from dataclasses import dataclass
 
 import torch
 
-from runtime.cache.manager import RadixCacheManager
+from runtime.cache.manager import Lease, RadixCacheManager
+from runtime.engine.logprobs import PrefillMemo, PrefillRecord
 from runtime.engine.meters import ServeMeters
 from runtime.engine.request import FinishReason, Request
 from runtime.engine.sampling import SamplingParams
@@ -115,6 +116,7 @@ class Scheduler:
         self.weights_version = 0  # bumped by each weights swap; a request only inserts under its own
         self.swap: WeightSwap | None = None
         self.meters = ServeMeters()
+        self.prefills = PrefillMemo()  # logprob prefills their twins adopt (runtime/engine/logprobs.py)
         self.aborted = 0  # requests finished by abort() or a client leaving
         self._retiring: threading.Thread | None = None  # a retired worker may still be unwinding
         # A weak reference: the hook must not keep a dropped engine (weights, pool) alive.
@@ -223,6 +225,7 @@ class Scheduler:
         self.model = swap.model
         self.weights_version += 1
         self.manager.reset()  # nothing is locked: no request runs
+        self.prefills.clear()
         self.manager.weights_changed(swap.model)
         swap.paused = len(self.waiting)
         self.swap = None
@@ -296,7 +299,7 @@ class Scheduler:
             if not req.prefilled:
                 continue
             try:
-                self._on_prefilled(req)
+                self._on_prefilled(req, logits[row])
                 self._emit_token(req, logits[row], now)
             except Exception as exc:  # one request's sampler or grammar failing fails that request only
                 log.exception("request %s failed", req.rid)
@@ -343,7 +346,9 @@ class Scheduler:
             self.waiting.remove(req)
             self.running.append(req)  # from here on, a failure below is released like any finish
             try:
-                self._start(req)
+                twin = self._start(req)
+                if twin is not None:
+                    self._start_twin(req, twin)
             except PoolExhausted:
                 if len(self.running) > 1:
                     # the footprint check above does not see tree nodes that running requests lock
@@ -387,6 +392,8 @@ class Scheduler:
         for other in self.running:
             if other.prefilled or not other.prefix_cache or other.namespace != req.namespace:
                 continue
+            if self._twin_pending(req, other):
+                return True
             gain = (
                 min(_shared_prompt(req.input_ids, other.input_ids), self._match_limit(req)) - other.cached_len
             )
@@ -394,11 +401,43 @@ class Scheduler:
                 return True
         return False
 
-    def _start(self, req: Request) -> None:
-        """Match the cached prefix, lock it, take slots for the rest of the prompt (one call)."""
+    def _twin_pending(self, req: Request, other: Request) -> bool:
+        """`other` is computing the very prefill `req` can adopt (runtime/engine/logprobs.py)."""
+        return (
+            req.logprob is not None
+            and other.logprob is not None
+            and other.weights_version == self.weights_version
+            and req.input_ids == other.input_ids
+            and req.logprob.covered_by(other.logprob.spec)
+        )
+
+    def _start(self, req: Request) -> PrefillRecord | None:
+        """Match the cached prefix, lock it, take slots for the rest of the prompt (one call).
+        Returns the prefill a logprob twin adopts when it took its whole prompt from the tree."""
         req.weights_version = self.weights_version
-        req.lease = self.manager.start(
-            req.input_ids[: self._match_limit(req)],
+        twin = self._twin_record(req)
+        if twin is not None:
+            lease = self._lease(req, req.input_ids)
+            if self.manager.holds(twin.node) and lease.cached_len == len(req.input_ids):
+                self._hold(req, lease)
+                return twin
+            # the tree holds another copy of the prompt now: compute it as a cold run would
+            self.manager.release(lease, req.input_ids, 0, insert=False)
+            self.prefills.forget(req.namespace, req.input_ids)
+        self._hold(req, self._lease(req, req.input_ids[: self._match_limit(req)]))
+        return None
+
+    def _twin_record(self, req: Request) -> PrefillRecord | None:
+        if req.logprob is None or not req.prefix_cache:
+            return None
+        twin = self.prefills.find(req.namespace, req.input_ids, req.logprob, self.weights_version)
+        if twin is None or self.manager.peek(req.input_ids, req.namespace) < len(req.input_ids):
+            return None
+        return twin
+
+    def _lease(self, req: Request, key: list[int]) -> Lease:
+        return self.manager.start(
+            key,
             len(req.input_ids),
             req.namespace,
             req.session_id,
@@ -406,6 +445,9 @@ class Scheduler:
             prefix_cache=req.prefix_cache,
             grow=req.params.max_new_tokens,
         )
+
+    def _hold(self, req: Request, lease: Lease) -> None:
+        req.lease = lease
         req.cached_len = req.lease.cached_len
         req.evicted_len = req.lease.evicted_len
         req.tier_tokens = req.lease.tier_len
@@ -432,12 +474,35 @@ class Scheduler:
             budget -= len(chunk)
         return segments, fed
 
-    def _on_prefilled(self, req: Request) -> None:
-        """First time the prompt is complete: publish it to the tree so later requests share it."""
+    def _start_twin(self, req: Request, twin: PrefillRecord) -> None:
+        """A twin's prompt is all in the tree: adopt the rest and draw its first token now."""
+        assert req.logprob is not None
+        req.twin = True
+        req.logprob.adopt(twin)
+        self._emit_token(req, twin.logits, time.perf_counter())
+
+    def _on_prefilled(self, req: Request, logits: torch.Tensor) -> None:
+        """First time the prompt is complete: publish it to the tree so later requests share it
+        (and a logprob request's last logits, which the tree cannot give back, to its twins)."""
         if req.output_ids or not self._may_insert(req):
             return
-        assert req.lease is not None
-        self.manager.publish(req.lease, req.input_ids, len(req.input_ids))
+        lease = req.lease
+        assert lease is not None
+        own = self.manager.publish(lease, req.input_ids, len(req.input_ids))
+        if req.logprob is None or not own or lease.node is None:
+            return  # not own: the tree kept an older copy of some positions, not the bits beside these logits
+        self.prefills.remember(
+            req.namespace,
+            req.input_ids,
+            PrefillRecord(
+                logits.clone(),
+                req.logprob.spec,
+                tuple(req.logprob.input_vals),
+                tuple(req.logprob.input_top),
+                lease.node,
+                req.weights_version,
+            ),
+        )
 
     def _may_insert(self, req: Request) -> bool:
         """KV goes into the tree only from a healthy request computed under the current weights

@@ -1,7 +1,8 @@
-"""Issue 39, class 9: n / best_of choices with logprobs on a long prompt. Each choice computes the
+"""Issue 39, class 9: n / best_of choices with logprobs on a long prompt. Each choice computed the
 prompt itself (logprob requests read nothing from the cache) while the tree locks the copy another
 choice published, so the admission check over-committed the pool and a choice failed with a 503
-PoolExhausted that no retry could avoid. Such a choice now waits for the running ones."""
+PoolExhausted that no retry could avoid. Such a choice now waits for the running ones (and the
+choices of one prompt now share its prefill: tests/hardening/test_logprob_twins.py)."""
 
 from __future__ import annotations
 
