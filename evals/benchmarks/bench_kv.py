@@ -310,12 +310,9 @@ def _evict_cell(rows: list[dict[str, Any]], dtype: str, frac: float) -> str:
     return ", ".join(cells) or "-"
 
 
-def kv_markdown(out: dict[str, Any]) -> list[str]:
-    """The section of docs/benchmarks.md: targets, then KV dtype x measures, then eviction rows."""
-    cfg, ra, lc = out["config"], out["ratios"], out.get("llama_cpp", {})
-    ctxs = [str(c) for c in cfg["contexts"]]
-    tc = str(cfg["ttft_context"])
-    lines = [
+def _kv_intro(cfg: dict[str, Any], ctxs: list[str], tc: str) -> list[str]:
+    """The section's heading and how it was measured."""
+    return [
         "## KV cache dtype (`--kv-cache-dtype`)",
         "",
         f"Weights `{cfg['torchao_config']}`; one engine per KV dtype over the same weights (siblings), "
@@ -326,9 +323,13 @@ def kv_markdown(out: dict[str, Any]) -> list[str]:
         "Rows marked deterministic run with `--enable-deterministic-inference` (runtime/model/attention.py); rows "
         "marked torch_native with `--attention-backend torch_native` (the attention before the native kernel).",
         "",
-        "| what | measured | target | met |",
-        "|---|---|---|---|",
     ]
+
+
+def _kv_target_table(out: dict[str, Any], tc: str) -> list[str]:
+    """Decode at the TTFT context and cached TTFT, each KV dtype against llama.cpp's."""
+    ra = out["ratios"]
+    lines = ["| what | measured | target | met |", "|---|---|---|---|"]
     for name, row in out["engines"].items():
         v = ra.get(f"{name}_decode_2k_vs_llama_cpp")
         target = TARGETS.get(name)
@@ -343,74 +344,102 @@ def kv_markdown(out: dict[str, Any]) -> list[str]:
             f"| {name} KV: cached TTFT / llama.cpp's | {_f(v)} | <= 0.5x "
             f"| {'-' if v is None else 'yes' if v <= 0.5 else 'NO'} |"
         )
-    fracs = cfg["eviction_fractions"]
+    return lines
+
+
+def _suite_cell(row: dict[str, Any]) -> str:
+    """A dtype's agent-suite accuracy, cached / uncached, per suite that has one."""
+    suites = row.get("agent_suites", {})
+    return (
+        ", ".join(
+            f"{k} {_f(s['accuracy_cached'], '{:.0%}')} / {_f(s['accuracy_uncached'], '{:.0%}')}"
+            for k, s in suites.items()
+            if s["accuracy_cached"] is not None
+        )
+        or "-"
+    )
+
+
+def _dtype_row(out: dict[str, Any], name: str, row: dict[str, Any], ctxs: list[str]) -> str:
+    """One KV dtype's row of the measures table."""
+    cfg = out["config"]
+    cells = [
+        name,
+        str(row["bytes_per_token"]),
+        f"{row['tokens_per_gib']:,.0f}",
+        *(f"{row['decode_tok_s'][c]:.1f}" for c in ctxs),
+        f"{row['ttft_cached_p50_s']:.3f} s",
+        *(_evict_cell(out["eviction"], name, f) for f in cfg["eviction_fractions"]),
+        _f(row["outputs_identical"], "{:.0%}"),
+    ]
+    if cfg.get("suites"):
+        cells.append(_suite_cell(row))
+    return "| " + " | ".join(cells) + " |"
+
+
+def _llama_cpp_row(lc: dict[str, Any], cfg: dict[str, Any], ctxs: list[str]) -> str:
+    """llama.cpp's row of the measures table (its default f16 KV; no eviction or suite cells)."""
+    cells = [
+        f"llama.cpp {lc['version']} (f16 KV)",
+        str(lc["bytes_per_token"]),
+        f"{GIB / lc['bytes_per_token']:,.0f}",
+        *(f"{lc['decode_tok_s'][c]:.1f}" for c in ctxs),
+        f"{lc['ttft_cached_p50_s']:.3f} s",
+        *("-" for _ in cfg["eviction_fractions"]),
+        "-",
+    ]
+    return "| " + " | ".join(cells + (["-"] if cfg.get("suites") else [])) + " |"
+
+
+def _kv_measures_table(out: dict[str, Any], ctxs: list[str]) -> list[str]:
+    """KV dtype x measures (bytes, decode per context, cached TTFT, eviction hit rates, outputs
+    identical, suites when run), then llama.cpp's row or why it was skipped."""
+    cfg, lc = out["config"], out.get("llama_cpp", {})
     head = [
         "KV dtype",
         "bytes/token",
         "tokens per GiB",
         *(f"decode tok/s at {c}" for c in ctxs),
         "cached TTFT",
-        *(f"agents hit rate, bytes of float32 at {f:.0%}" for f in fracs),
+        *(f"agents hit rate, bytes of float32 at {f:.0%}" for f in cfg["eviction_fractions"]),
         "outputs identical",
     ]
     if cfg.get("suites"):
         head.append("suite accuracy (cached / uncached)")
-    lines += ["", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for name, row in out["engines"].items():
-        cells = [
-            name,
-            str(row["bytes_per_token"]),
-            f"{row['tokens_per_gib']:,.0f}",
-            *(f"{row['decode_tok_s'][c]:.1f}" for c in ctxs),
-            f"{row['ttft_cached_p50_s']:.3f} s",
-            *(_evict_cell(out["eviction"], name, f) for f in fracs),
-            _f(row["outputs_identical"], "{:.0%}"),
-        ]
-        if cfg.get("suites"):
-            suites = row.get("agent_suites", {})
-            cells.append(
-                ", ".join(
-                    f"{k} {_f(s['accuracy_cached'], '{:.0%}')} / {_f(s['accuracy_uncached'], '{:.0%}')}"
-                    for k, s in suites.items()
-                    if s["accuracy_cached"] is not None
-                )
-                or "-"
-            )
-        lines.append("| " + " | ".join(cells) + " |")
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += [_dtype_row(out, name, row, ctxs) for name, row in out["engines"].items()]
     if "decode_tok_s" in lc:
-        cells = [
-            f"llama.cpp {lc['version']} (f16 KV)",
-            str(lc["bytes_per_token"]),
-            f"{GIB / lc['bytes_per_token']:,.0f}",
-            *(f"{lc['decode_tok_s'][c]:.1f}" for c in ctxs),
-            f"{lc['ttft_cached_p50_s']:.3f} s",
-            *("-" for _ in fracs),
-            "-",
-        ]
-        lines.append("| " + " | ".join(cells + (["-"] if cfg.get("suites") else [])) + " |")
+        lines.append(_llama_cpp_row(lc, cfg, ctxs))
     elif "skipped" in lc:
         lines += ["", f"llama.cpp: skipped: {lc['skipped']}"]
-    lines += [
-        "",
-        "Decode tokens' attention reads the stored K/V directly in the native kernel "
-        "(`--attention-backend native_cpu`, runtime/model/decode_kernel.py: each row converted in registers), "
-        "with each layer's rope and K/V store in the same call; the quantized weights' int8 lm_head, "
-        "RMSNorms and silu*up of a decode step run in the same library, and its attention and lm_head "
-        "prefetch the rows they read next (a 2k-token step's K/V and weights do not stay in cache "
-        "between steps: without prefetches both ran at the memory's latency, ~10-13 GB/s); rows marked torch_native run "
-        "PyTorch's ops for all of it and convert each layer's K/V into a float32 scratch for SDPA, as prefill chunks "
-        "always do (SDPA on bf16/fp16 directly and fp8 conversion measured several times slower on this "
-        "CPU: [benchmarks-kv-attention.md](benchmarks-kv-attention.md), `python -m evals.benchmarks.kv_attention`). "
-        "llama.cpp is llama-cpp-python built by `make bench-peers-setup` for this CPU (-march=native, "
-        "AMX off: ggml's AMX matmul crashes on the bundled Q4_1 model), its default f16 KV.",
-        "",
-        "Outputs identical below 100% is not a cache bug: SDPA's flash kernel and MKL's matmuls choose their "
-        "blocking from each call's shape, so a token computed alone (a decode step, the one token a full "
-        "cache hit recomputes) gets other last bits than inside a prefill chunk, and bf16 activations "
-        "turn those into different greedy tokens. The deterministic rows run every position through "
-        "the same shapes ([deterministic-inference.md](deterministic-inference.md)).",
-        "",
-        f"Eviction simulator, `agents` workload, {cfg['eviction_sessions']} sessions, seed 0: each KV "
+    return lines
+
+
+_KV_NOTES = [
+    "Decode tokens' attention reads the stored K/V directly in the native kernel "
+    "(`--attention-backend native_cpu`, runtime/model/decode_kernel.py: each row converted in registers), "
+    "with each layer's rope and K/V store in the same call; the quantized weights' int8 lm_head, "
+    "RMSNorms and silu*up of a decode step run in the same library, and its attention and lm_head "
+    "prefetch the rows they read next (a 2k-token step's K/V and weights do not stay in cache "
+    "between steps: without prefetches both ran at the memory's latency, ~10-13 GB/s); rows marked torch_native run "
+    "PyTorch's ops for all of it and convert each layer's K/V into a float32 scratch for SDPA, as prefill chunks "
+    "always do (SDPA on bf16/fp16 directly and fp8 conversion measured several times slower on this "
+    "CPU: [bench-kv-attention.md](results/bench-kv-attention.md), `python -m evals.benchmarks.kv_attention`). "
+    "llama.cpp is llama-cpp-python built by `make bench-peers-setup` for this CPU (-march=native, "
+    "AMX off: ggml's AMX matmul crashes on the bundled Q4_1 model), its default f16 KV.",
+    "",
+    "Outputs identical below 100% is not a cache bug: SDPA's flash kernel and MKL's matmuls choose their "
+    "blocking from each call's shape, so a token computed alone (a decode step, the one token a full "
+    "cache hit recomputes) gets other last bits than inside a prefill chunk, and bf16 activations "
+    "turn those into different greedy tokens. The deterministic rows run every position through "
+    "the same shapes ([deterministic-inference.md](deterministic-inference.md)).",
+]
+
+
+def _kv_eviction_table(out: dict[str, Any]) -> list[str]:
+    """The eviction simulator at float32's pool bytes: a row per budget, policy and KV dtype."""
+    lines = [
+        f"Eviction simulator, `agents` workload, {out['config']['eviction_sessions']} sessions, seed 0: each KV "
         "dtype gets the pool BYTES that float32 gets at the given fraction of the peak working set.",
         "",
         "| float32 budget | policy | KV dtype | pool tokens | hit rate | recomputed prefill tokens "
@@ -424,3 +453,19 @@ def kv_markdown(out: dict[str, Any]) -> list[str]:
             f"| {r['recomputed_tokens']:,} | {_f(r['recomputed_vs_float32'])} |"
         )
     return lines
+
+
+def kv_markdown(out: dict[str, Any]) -> list[str]:
+    """The section of docs/benchmarks.md: targets, then KV dtype x measures, then eviction rows."""
+    cfg = out["config"]
+    ctxs = [str(c) for c in cfg["contexts"]]
+    return [
+        *_kv_intro(cfg, ctxs, str(cfg["ttft_context"])),
+        *_kv_target_table(out, str(cfg["ttft_context"])),
+        "",
+        *_kv_measures_table(out, ctxs),
+        "",
+        *_KV_NOTES,
+        "",
+        *_kv_eviction_table(out),
+    ]

@@ -144,6 +144,62 @@ def _resident(eng: Any, ids: list[int]) -> int:
         return eng.cache.cached_length(ids)
 
 
+def _prefetch_engines(engine: Any, tier_dir: Path, tokens: int) -> dict[str, Any]:
+    """The prefetch-on and prefetch-off siblings over one tier directory, each with a pool of
+    1.5x the prefix."""
+    return {
+        mode: engine.sibling(
+            enable_hierarchical_cache=True,
+            hicache_storage_dir=str(tier_dir / "prefetch"),
+            hicache_prefetch=mode == "on",
+            radix_eviction_policy="session",
+            max_total_tokens=int(1.5 * tokens) + 64,
+        )
+        for mode in ("on", "off")
+    }
+
+
+def _prefetch_warm_up(engines: dict[str, Any], ids: list[int], other: list[int]) -> list[int]:
+    """Both prompts computed once, stored, loaded by the other engine; the session's context
+    (its prompt and first answer)."""
+    ctx: list[int] = []
+    for eng in engines.values():
+        first = eng.generate(input_ids=ids, sampling_params=GREEDY, session_id="s")
+        eng.generate(input_ids=other, sampling_params=GREEDY, session_id="o")
+        _evict_all(eng)
+        eng.tier.tier.flush(120)
+        ctx = ids + first["output_ids"]
+    return ctx
+
+
+def _prefetch_round(
+    eng: Any, ctx: list[int], step: list[int], other: list[int], wait_s: float
+) -> dict[str, Any]:
+    """One round on one engine: s's turn, its tool wait while the other tenant's request evicts
+    it, then the TTFT of its next step."""
+    eng.generate(input_ids=ctx, sampling_params=GREEDY, session_id="s")  # s's turn: resident
+    before = eng.get_cache_stats()["tier"]["prefetches"]
+    began = time.monotonic()
+    eng.session_event("s", "tool_wait", expected_s=wait_s)
+    o = eng.generate(input_ids=other, sampling_params=GREEDY, session_id="o")  # evicts s
+    after_other = _resident(eng, step)
+    landed = _landing(eng, step, began, wait_s + 0.3, after_other, 0.05)  # the tool "runs"
+    resident = _resident(eng, step)
+    eng.session_event("s", "resume")
+    t, r = _ttft(eng, step, session_id="s")
+    meta = r["meta_info"]
+    return {
+        "ttft_s": t,
+        "other_request_s": o["meta_info"]["e2e_latency"],
+        "resident_after_other": after_other,
+        "resident_before_resume": resident,
+        "prefetch_landed_s": landed,
+        "prefetches": eng.get_cache_stats()["tier"]["prefetches"] - before,
+        "computed_tokens": len(step) - meta["cached_tokens"],
+        "details": meta["cached_tokens_details"],
+    }
+
+
 def prefetch_section(engine: Any, tier_dir: Path, tokens: int, repeats: int, say: Callable) -> dict:
     """Session `s` holds a ~2k-token context; it calls a tool (`tool_wait`, expected `WAIT_S`)
     and another tenant's ~2k-token request arrives meanwhile: the pool (1.5x the prefix) cannot
@@ -155,52 +211,16 @@ def prefetch_section(engine: Any, tier_dir: Path, tokens: int, repeats: int, say
     wait_s = 6.0  # the other request (a ~2k load, ~1-4 s here) ends well before the prefetch is due
     ids, other = _prompt(engine, tokens), _other_prompt(engine, tokens)
     result = engine.tokenize("\nTool result: 42 rows matched; the first is 'alpha'.\n")
-    engines = {
-        mode: engine.sibling(
-            enable_hierarchical_cache=True,
-            hicache_storage_dir=str(tier_dir / "prefetch"),
-            hicache_prefetch=mode == "on",
-            radix_eviction_policy="session",
-            max_total_tokens=int(1.5 * tokens) + 64,
-        )
-        for mode in ("on", "off")
-    }
+    engines = _prefetch_engines(engine, tier_dir, tokens)
     rows: dict[str, list[dict[str, Any]]] = {"on": [], "off": []}
     try:
-        ctx: list[int] = []
-        for eng in engines.values():  # warm-up: both prompts computed once, stored, loaded by the other
-            first = eng.generate(input_ids=ids, sampling_params=GREEDY, session_id="s")
-            eng.generate(input_ids=other, sampling_params=GREEDY, session_id="o")
-            _evict_all(eng)
-            eng.tier.tier.flush(120)
-            ctx = ids + first["output_ids"]
+        ctx = _prefetch_warm_up(engines, ids, other)
         step = ctx + result
         for _ in range(repeats):
             for mode, eng in engines.items():
-                eng.generate(input_ids=ctx, sampling_params=GREEDY, session_id="s")  # s's turn: resident
-                before = eng.get_cache_stats()["tier"]["prefetches"]
-                began = time.monotonic()
-                eng.session_event("s", "tool_wait", expected_s=wait_s)
-                o = eng.generate(input_ids=other, sampling_params=GREEDY, session_id="o")  # evicts s
-                after_other = _resident(eng, step)
-                landed = _landing(eng, step, began, wait_s + 0.3, after_other, 0.05)  # the tool "runs"
-                resident = _resident(eng, step)
-                eng.session_event("s", "resume")
-                t, r = _ttft(eng, step, session_id="s")
-                meta = r["meta_info"]
-                rows[mode].append(
-                    {
-                        "ttft_s": t,
-                        "other_request_s": o["meta_info"]["e2e_latency"],
-                        "resident_after_other": after_other,
-                        "resident_before_resume": resident,
-                        "prefetch_landed_s": landed,
-                        "prefetches": eng.get_cache_stats()["tier"]["prefetches"] - before,
-                        "computed_tokens": len(step) - meta["cached_tokens"],
-                        "details": meta["cached_tokens_details"],
-                    }
-                )
-                say(f"prefetch {mode}: next-step TTFT {t:.3f}s {rows[mode][-1]}")
+                row = _prefetch_round(eng, ctx, step, other, wait_s)
+                rows[mode].append(row)
+                say(f"prefetch {mode}: next-step TTFT {row['ttft_s']:.3f}s {row}")
     finally:
         for eng in engines.values():
             eng.shutdown()
@@ -360,13 +380,90 @@ def cluster_section(engine: Any, tier_dir: Path, sessions: int, steps: int, say:
     return out
 
 
+def _procs_worker_args(mode: str, url: str) -> tuple[str, ...]:
+    """`radixagent serve` flags of each worker in `mode`."""
+    args: tuple[str, ...] = ("--max-total-tokens", "4096")
+    if mode == "shared redis tier":
+        args += (
+            "--enable-hierarchical-cache",
+            "--hicache-storage-backend",
+            "redis",
+            "--hicache-storage-url",
+            url,
+        )
+    return args
+
+
+def _procs_session(
+    client: Any, cluster_url: str, engine: Any, doc: list[int], s: int, steps: int
+) -> tuple[int, int, int]:
+    """Session `s`'s steps through the router: (prompt tokens, cached tokens, worker switches)."""
+    prompt = cached = switches = 0
+    ctx = engine.tokenize(f"Session {s}.\n") + doc
+    last = None
+    for step in range(steps):
+        ctx = ctx + engine.tokenize(f"\nStep {step}: observation {s * 31 + step}.")
+        body = {"input_ids": ctx, "sampling_params": GREEDY, "session_id": f"s{s}"}
+        resp = client.post(cluster_url + "/generate", json=body)
+        resp.raise_for_status()
+        r = resp.json()
+        r = r[0] if isinstance(r, list) else r
+        worker = r["meta_info"].get("worker_id")
+        switches += last is not None and worker != last
+        last = worker
+        prompt += len(ctx)
+        cached += r["meta_info"]["cached_tokens"]
+        ctx = ctx + r["output_ids"]
+    return prompt, cached, switches
+
+
+def _procs_mode(
+    engine: Any, tier_dir: Path, mode: str, url: str, doc: list[int], sessions: int, steps: int
+) -> dict[str, Any]:
+    """Every session through a fresh 2-worker cluster in `mode`: its row."""
+    import httpx
+
+    from runtime.cluster.cluster import Cluster, ClusterConfig
+
+    cfg = ClusterConfig(
+        workers=2,
+        policy="round_robin",
+        worker_args=_procs_worker_args(mode, url),
+        log_dir=str(tier_dir / f"cluster-{mode.replace(' ', '-')}"),
+    )
+    prompt = cached = switches = 0
+    with Cluster(cfg) as cluster, httpx.Client(timeout=600) as client:
+        for s in range(sessions):
+            p, c, w = _procs_session(client, cluster.url, engine, doc, s, steps)
+            prompt, cached, switches = prompt + p, cached + c, switches + w
+    return {
+        "prompt_tokens": prompt,
+        "cached_tokens": cached,
+        "hit_rate": cached / prompt,
+        "worker_switches": switches,
+        "requests": sessions * steps,
+    }
+
+
+def _redis_footprint(url: str) -> dict[str, Any]:
+    """Entries and memory of the shared redis-server (a report figure only: errors are reported)."""
+    try:
+        import redis
+
+        client_r = redis.Redis.from_url(url)
+        return {
+            "entries": sum(1 for _ in client_r.scan_iter(match="radixagent:kv:*", count=1000)),
+            "used_memory": int(client_r.info("memory")["used_memory"]),
+        }
+    except Exception as exc:  # a report figure only
+        return {"error": str(exc)}
+
+
 def cluster_procs_section(engine: Any, tier_dir: Path, sessions: int, steps: int, say: Callable) -> dict:
     """2 `radixagent serve` processes behind the router (`round_robin`: one request at a time,
     so session s's step k lands on worker k % 2, every step on the other worker), without a
     tier vs sharing one redis-server. Prompts are token ids (the workers' tokenizer)."""
-    import httpx
-
-    from runtime.cluster.cluster import Cluster, ClusterConfig, router_available
+    from runtime.cluster.cluster import router_available
 
     doc = _prompt(engine, 256)
     out: dict[str, Any] = {
@@ -380,58 +477,13 @@ def cluster_procs_section(engine: Any, tier_dir: Path, sessions: int, steps: int
         if url is None:
             return out | {"skipped": "redis-server not installed (apt-get install -y redis-server)"}
         for mode in ("no tier", "shared redis tier"):
-            args: tuple[str, ...] = ("--max-total-tokens", "4096")
-            if mode == "shared redis tier":
-                args += (
-                    "--enable-hierarchical-cache",
-                    "--hicache-storage-backend",
-                    "redis",
-                    "--hicache-storage-url",
-                    url,
-                )
-            cfg = ClusterConfig(
-                workers=2,
-                policy="round_robin",
-                worker_args=args,
-                log_dir=str(tier_dir / f"cluster-{mode.replace(' ', '-')}"),
-            )
             say(f"cluster-procs {mode}: starting 2 workers ...")
-            prompt = cached = switches = 0
-            with Cluster(cfg) as cluster, httpx.Client(timeout=600) as client:
-                for s in range(sessions):
-                    ctx = engine.tokenize(f"Session {s}.\n") + doc
-                    last = None
-                    for step in range(steps):
-                        ctx = ctx + engine.tokenize(f"\nStep {step}: observation {s * 31 + step}.")
-                        body = {"input_ids": ctx, "sampling_params": GREEDY, "session_id": f"s{s}"}
-                        resp = client.post(cluster.url + "/generate", json=body)
-                        resp.raise_for_status()
-                        r = resp.json()
-                        r = r[0] if isinstance(r, list) else r
-                        worker = r["meta_info"].get("worker_id")
-                        switches += last is not None and worker != last
-                        last = worker
-                        prompt += len(ctx)
-                        cached += r["meta_info"]["cached_tokens"]
-                        ctx = ctx + r["output_ids"]
-            out[mode] = {
-                "prompt_tokens": prompt,
-                "cached_tokens": cached,
-                "hit_rate": cached / prompt,
-                "worker_switches": switches,
-                "requests": sessions * steps,
-            }
-            say(f"cluster-procs {mode}: hit rate {cached / prompt:.3f}, {switches} worker switches")
-        try:
-            import redis
-
-            client_r = redis.Redis.from_url(url)
-            out["redis_footprint"] = {
-                "entries": sum(1 for _ in client_r.scan_iter(match="radixagent:kv:*", count=1000)),
-                "used_memory": int(client_r.info("memory")["used_memory"]),
-            }
-        except Exception as exc:  # a report figure only
-            out["redis_footprint"] = {"error": str(exc)}
+            row = out[mode] = _procs_mode(engine, tier_dir, mode, url, doc, sessions, steps)
+            say(
+                f"cluster-procs {mode}: hit rate {row['hit_rate']:.3f}, "
+                f"{row['worker_switches']} worker switches"
+            )
+        out["redis_footprint"] = _redis_footprint(url)
     return out
 
 
@@ -499,8 +551,158 @@ def _join_ttfts(rounds: list[dict]) -> str:
     return ", ".join(f"{r['ttft_s']:.3f}" for r in rounds)
 
 
+def _reload_lines(rl: dict) -> list[str]:
+    """Reload vs recompute: the TTFT table, the per-hit figures, the write policies' table."""
+    return [
+        f"## Reload vs recompute ({rl['prompt_tokens']}-token prompt, {rl['loaded_tokens']} loaded)",
+        "",
+        "| path | TTFT (s) |",
+        "|---|---|",
+        f"| recompute (cold) | {rl['ttft_cold_s']:.3f} |",
+        f"| load from file tier | {rl['ttft_tier_s']:.3f} |",
+        f"| pool hit | {rl['ttft_pool_s']:.3f} |",
+        "",
+        f"Tier vs recompute: **{rl['speedup_tier_vs_cold']:.1f}x**; outputs identical: {rl['outputs_identical']}. "
+        f"Load {rl['tier_load_time_s_per_hit'] * 1000:.0f} ms per hit; write "
+        f"{rl['tier_write_time_s_per_page'] * 1000:.1f} ms per 64-token page. "
+        f"Disk {rl['disk_bytes_per_token']:.0f} B/token vs pool {rl['pool_bytes_per_token']} B/token.",
+        "",
+        "| write policy | first-request TTFT (s) | write time (s) |",
+        "|---|---|---|",
+        *[
+            f"| {k} | {v['ttft_first_s']:.3f} | {v['write_time_s']:.3f} |"
+            for k, v in rl["write_policy"].items()
+        ],
+        "",
+    ]
+
+
+def _writer_lines(wr: dict) -> list[str]:
+    """The eviction stall with synchronous writes vs the background writer."""
+    return [
+        f"## Eviction stall: demoting a {wr['prefix_tokens']}-token prefix on the engine thread",
+        "",
+        "| writes | eviction stall (s) | writer drain after it (s) | reload TTFT (s) |",
+        "|---|---|---|---|",
+        *[
+            f"| {m} | {wr[m]['stall_s']:.3f} | {wr[m]['drain_s']:.3f} | {wr[m]['reload_ttft_s']:.3f} |"
+            for m in ("synchronous", "background writer")
+        ],
+        "",
+        f"Stall {wr['stall_ratio']:.1f}x shorter with the writer; outputs identical after reload: "
+        f"{wr['outputs_identical']}. Writer: {wr['background writer']['writer']}.",
+        "",
+    ]
+
+
+def _prefetch_row(pf: dict, m: str) -> str:
+    """The prefetch table's row of mode `m` (on, off)."""
+    return (
+        f"| {m} | {pf[m]['ttft_s']:.3f} | {_join_ttfts(pf[m]['rounds'])} | "
+        f"{', '.join(str(r['resident_before_resume']) for r in pf[m]['rounds'])} | "
+        f"{pf[m]['rounds'][-1]['computed_tokens']} | "
+        f"{pf[m]['details']} |"
+    )
+
+
+def _prefetch_lines(pf: dict) -> list[str]:
+    """Prefetch on vs off: the setting, the table, when the prefetch landed."""
+    return [
+        "## Prefetch: a session's prefix evicted by another tenant while its tool runs",
+        "",
+        f"Context {pf['prefix_tokens']} tokens, next step {pf['step_tokens']} tokens, pool "
+        f"{pf['pool_tokens']} tokens, tool wait {pf['tool_wait_s']} s (prefetch due 0.5 s + 2x the "
+        "estimated load time before the expected return; retried while the pool has no room).",
+        "",
+        "| prefetch | TTFT of the step after the tool (s), median | per round | resident before resume | "
+        "computed tokens | served from |",
+        "|---|---|---|---|---|---|",
+        *[_prefetch_row(pf, m) for m in ("on", "off")],
+        "",
+        f"Prefetch on vs off: **{pf['speedup_on_vs_off']:.2f}x**. The prefetch landed "
+        f"{[r['prefetch_landed_s'] for r in pf['on']['rounds']]} s after the tool wait began "
+        "(None: not seen by the 50 ms poll, which stops at the expected return); the other tenant's "
+        f"request took {[round(r['other_request_s'], 1) for r in pf['on']['rounds']]} s.",
+        "",
+    ]
+
+
+def _cluster_lines(cl: dict) -> list[str]:
+    """In-process workers: hit rate per mode."""
+    return [
+        f"## Cluster: 2 workers, {cl['sessions']} sessions x {cl['steps']} steps, {cl['routing']}",
+        "",
+        "| mode | hit rate |",
+        "|---|---|",
+        *[
+            f"| {m} | {cl[m]['hit_rate']:.3f} |"
+            for m in cl
+            if isinstance(cl[m], dict) and "hit_rate" in cl[m]
+        ],
+        "",
+        f"Redis footprint: {cl.get('redis_footprint')}",
+        "",
+    ]
+
+
+def _cluster_procs_lines(cp: dict) -> list[str]:
+    """`radixagent cluster` processes: hit rate and worker switches per mode, or why skipped."""
+    lines = [f"## Cluster through `radixagent cluster` processes: 2 workers, {cp['routing']}", ""]
+    if "skipped" in cp:
+        return lines + [f"Skipped: {cp['skipped']}", ""]
+    return lines + [
+        f"{cp['sessions']} sessions x {cp['steps']} steps.",
+        "",
+        "| mode | hit rate | worker switches / requests |",
+        "|---|---|---|",
+        *[
+            f"| {m} | {cp[m]['hit_rate']:.3f} | {cp[m]['worker_switches']} / {cp[m]['requests']} |"
+            for m in ("no tier", "shared redis tier")
+        ],
+        "",
+        f"Redis footprint: {cp.get('redis_footprint')}",
+        "",
+    ]
+
+
+def _real_lines(rr: dict) -> list[str]:
+    """The real engine's agents workload: a row per policy and tier."""
+    return [
+        f"## Real engine: agents workload, {rr['sessions']} sessions, {rr['requests']} requests, "
+        f"pool {rr['pool_tokens']} tokens ({rr['budget_fraction']} of the peak working set "
+        f"{rr['peak_working_set']}{'; floored at the largest request' if rr['pool_floored'] else ''})",
+        "",
+        "| policy | tier | recomputed tokens | hit rate | loaded from tier | TTFT p50 (s) |",
+        "|---|---|---|---|---|---|",
+        *[
+            f"| {r['policy']} | {r['tier']} | {r['recomputed_tokens']} | {r['hit_rate']:.3f} | "
+            f"{r['tier_loaded_tokens']} | {r['ttft_p50_s']:.3f} |"
+            for r in rr["rows"]
+        ],
+        "",
+    ]
+
+
+def _eviction_lines(ev: dict) -> list[str]:
+    """The simulator's agents workload: a row per budget, policy and tier."""
+    return [
+        "## Eviction: agents workload, 64 sessions (" + ev["model"] + ")",
+        "",
+        "| budget | policy | tier | recomputed tokens | vs lru without tier | loaded from tier |",
+        "|---|---|---|---|---|---|",
+        *[
+            f"| {r['budget_fraction']} | {r['policy']} | {r['tier']} | {r['recomputed_tokens']} | "
+            f"{r['recomputed_vs_lru_off']:.3f} | {r['tier_loaded_tokens']} |"
+            for r in ev["rows"]
+        ],
+        "",
+    ]
+
+
 def render(res: dict) -> str:
-    rl, pf, cl = res.get("reload", {}), res.get("prefetch", {}), res.get("cluster", {})
+    """docs/results/bench-tier.md: a section per measured part of `res`, in a fixed order."""
+    rl, wr, pf = res.get("reload", {}), res.get("writer", {}), res.get("prefetch", {})
+    cl, cp, rr = res.get("cluster", {}), res.get("cluster-procs", {}), res.get("real", {})
     lines = [
         "# KV tier benchmarks",
         "",
@@ -510,132 +712,19 @@ def render(res: dict) -> str:
         "",
     ]
     if rl:
-        lines += [
-            f"## Reload vs recompute ({rl['prompt_tokens']}-token prompt, {rl['loaded_tokens']} loaded)",
-            "",
-            "| path | TTFT (s) |",
-            "|---|---|",
-            f"| recompute (cold) | {rl['ttft_cold_s']:.3f} |",
-            f"| load from file tier | {rl['ttft_tier_s']:.3f} |",
-            f"| pool hit | {rl['ttft_pool_s']:.3f} |",
-            "",
-            f"Tier vs recompute: **{rl['speedup_tier_vs_cold']:.1f}x**; outputs identical: {rl['outputs_identical']}. "
-            f"Load {rl['tier_load_time_s_per_hit'] * 1000:.0f} ms per hit; write "
-            f"{rl['tier_write_time_s_per_page'] * 1000:.1f} ms per 64-token page. "
-            f"Disk {rl['disk_bytes_per_token']:.0f} B/token vs pool {rl['pool_bytes_per_token']} B/token.",
-            "",
-            "| write policy | first-request TTFT (s) | write time (s) |",
-            "|---|---|---|",
-            *[
-                f"| {k} | {v['ttft_first_s']:.3f} | {v['write_time_s']:.3f} |"
-                for k, v in rl["write_policy"].items()
-            ],
-            "",
-        ]
-    wr = res.get("writer", {})
+        lines += _reload_lines(rl)
     if wr:
-        lines += [
-            f"## Eviction stall: demoting a {wr['prefix_tokens']}-token prefix on the engine thread",
-            "",
-            "| writes | eviction stall (s) | writer drain after it (s) | reload TTFT (s) |",
-            "|---|---|---|---|",
-            *[
-                f"| {m} | {wr[m]['stall_s']:.3f} | {wr[m]['drain_s']:.3f} | {wr[m]['reload_ttft_s']:.3f} |"
-                for m in ("synchronous", "background writer")
-            ],
-            "",
-            f"Stall {wr['stall_ratio']:.1f}x shorter with the writer; outputs identical after reload: "
-            f"{wr['outputs_identical']}. Writer: {wr['background writer']['writer']}.",
-            "",
-        ]
+        lines += _writer_lines(wr)
     if pf and "rounds" in pf.get("on", {}):
-        lines += [
-            "## Prefetch: a session's prefix evicted by another tenant while its tool runs",
-            "",
-            f"Context {pf['prefix_tokens']} tokens, next step {pf['step_tokens']} tokens, pool "
-            f"{pf['pool_tokens']} tokens, tool wait {pf['tool_wait_s']} s (prefetch due 0.5 s + 2x the "
-            "estimated load time before the expected return; retried while the pool has no room).",
-            "",
-            "| prefetch | TTFT of the step after the tool (s), median | per round | resident before resume | "
-            "computed tokens | served from |",
-            "|---|---|---|---|---|---|",
-            *[
-                f"| {m} | {pf[m]['ttft_s']:.3f} | {_join_ttfts(pf[m]['rounds'])} | "
-                f"{', '.join(str(r['resident_before_resume']) for r in pf[m]['rounds'])} | "
-                f"{pf[m]['rounds'][-1]['computed_tokens']} | "
-                f"{pf[m]['details']} |"
-                for m in ("on", "off")
-            ],
-            "",
-            f"Prefetch on vs off: **{pf['speedup_on_vs_off']:.2f}x**. The prefetch landed "
-            f"{[r['prefetch_landed_s'] for r in pf['on']['rounds']]} s after the tool wait began "
-            "(None: not seen by the 50 ms poll, which stops at the expected return); the other tenant's "
-            f"request took {[round(r['other_request_s'], 1) for r in pf['on']['rounds']]} s.",
-            "",
-        ]
+        lines += _prefetch_lines(pf)
     if cl and "skipped" not in cl:
-        lines += [
-            f"## Cluster: 2 workers, {cl['sessions']} sessions x {cl['steps']} steps, {cl['routing']}",
-            "",
-            "| mode | hit rate |",
-            "|---|---|",
-            *[
-                f"| {m} | {cl[m]['hit_rate']:.3f} |"
-                for m in cl
-                if isinstance(cl[m], dict) and "hit_rate" in cl[m]
-            ],
-            "",
-            f"Redis footprint: {cl.get('redis_footprint')}",
-            "",
-        ]
-    cp = res.get("cluster-procs", {})
+        lines += _cluster_lines(cl)
     if cp:
-        lines += [f"## Cluster through `radixagent cluster` processes: 2 workers, {cp['routing']}", ""]
-        if "skipped" in cp:
-            lines += [f"Skipped: {cp['skipped']}", ""]
-        else:
-            lines += [
-                f"{cp['sessions']} sessions x {cp['steps']} steps.",
-                "",
-                "| mode | hit rate | worker switches / requests |",
-                "|---|---|---|",
-                *[
-                    f"| {m} | {cp[m]['hit_rate']:.3f} | {cp[m]['worker_switches']} / {cp[m]['requests']} |"
-                    for m in ("no tier", "shared redis tier")
-                ],
-                "",
-                f"Redis footprint: {cp.get('redis_footprint')}",
-                "",
-            ]
-    rr = res.get("real", {})
+        lines += _cluster_procs_lines(cp)
     if rr:
-        lines += [
-            f"## Real engine: agents workload, {rr['sessions']} sessions, {rr['requests']} requests, "
-            f"pool {rr['pool_tokens']} tokens ({rr['budget_fraction']} of the peak working set "
-            f"{rr['peak_working_set']}{'; floored at the largest request' if rr['pool_floored'] else ''})",
-            "",
-            "| policy | tier | recomputed tokens | hit rate | loaded from tier | TTFT p50 (s) |",
-            "|---|---|---|---|---|---|",
-            *[
-                f"| {r['policy']} | {r['tier']} | {r['recomputed_tokens']} | {r['hit_rate']:.3f} | "
-                f"{r['tier_loaded_tokens']} | {r['ttft_p50_s']:.3f} |"
-                for r in rr["rows"]
-            ],
-            "",
-        ]
+        lines += _real_lines(rr)
     if "eviction" in res:
-        lines += [
-            "## Eviction: agents workload, 64 sessions (" + res["eviction"]["model"] + ")",
-            "",
-            "| budget | policy | tier | recomputed tokens | vs lru without tier | loaded from tier |",
-            "|---|---|---|---|---|---|",
-            *[
-                f"| {r['budget_fraction']} | {r['policy']} | {r['tier']} | {r['recomputed_tokens']} | "
-                f"{r['recomputed_vs_lru_off']:.3f} | {r['tier_loaded_tokens']} |"
-                for r in res["eviction"]["rows"]
-            ],
-            "",
-        ]
+        lines += _eviction_lines(res["eviction"])
     return "\n".join(lines)
 
 

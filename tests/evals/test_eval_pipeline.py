@@ -24,9 +24,10 @@ from evals.suites.metrics import (
 from evals.suites.recording import CallRecord, RecordingBackend
 from evals.suites.report import markdown_section, write_outputs
 from evals.suites.run import EvalConfig, run_eval
-from runtime.backends.base import Backend, Completion
+from runtime.backends.base import Backend
 from tasks import suites
 from tasks.suites import ItemOutcome, SuiteOptions, SuiteOutcome
+from tests.support.fake_backend import ReplyBackend
 
 MODE_KEYS = {
     "requests",
@@ -133,50 +134,11 @@ def test_regressions_flag_speedup_identity_and_accuracy_drops() -> None:
 
 
 # ---- the loop on a fake backend ----------------------------------------------------------------------
-class FakeBackend(Backend):
-    """Words are tokens; a prompt seen before is cached (all but one token) when prefix_cache is on."""
-
-    name = "fake"
-
-    def __init__(self) -> None:
-        self.seen: set[str] = set()
-        self.prefix_cache_args: list[bool] = []
-        self.flushes = 0
-
-    def generate(
-        self,
-        prompt=None,
-        input_ids=None,
-        sampling_params=None,
-        *,
-        session_id=None,
-        cache_salt=None,
-        priority=None,
-        prefix_cache=True,
-        rid=None,
-    ) -> Completion:
-        self.prefix_cache_args.append(prefix_cache)
-        doc = prompt.split("?")[0]
-        hit = prefix_cache and doc in self.seen
-        if prefix_cache:
-            self.seen.add(doc)
-        n = len(prompt.split())
-        cached = len(doc.split()) - 1 if hit else 0
-        return Completion(
-            text=f"answer {len(prompt)}",
-            output_ids=[len(prompt) % 97],
-            prompt_tokens=n,
-            cached_tokens=cached,
-            completion_tokens=1,
-            finish_reason="stop",
-            ttft_s=0.01 if hit else 0.2,
-            latency_s=0.3,
-        )
-
-    def flush_cache(self) -> bool:
-        self.seen.clear()
-        self.flushes += 1
-        return True
+def fake_backend() -> ReplyBackend:
+    """The answer is a function of the prompt; a prefix cache over the prompts' text (a prompt
+    sharing a seen one's document is cached up to it) when the request reads it, and cache hits
+    are faster (TTFT grows with the tokens computed)."""
+    return ReplyBackend(lambda prompt, _params: f"answer {len(prompt)}", cache=True, prefill_s_per_token=1e-3)
 
 
 def fake_suite(backend: Backend, options: SuiteOptions) -> SuiteOutcome:
@@ -204,7 +166,7 @@ def fake_suite(backend: Backend, options: SuiteOptions) -> SuiteOutcome:
 
 
 def fake_setup() -> EvalSetup:
-    backend = FakeBackend()
+    backend = fake_backend()
     return EvalSetup(
         backend_label="fake",
         model="fake-model",
@@ -216,11 +178,11 @@ def fake_setup() -> EvalSetup:
 
 
 def test_recording_backend_forces_prefix_cache_and_flushes() -> None:
-    inner = FakeBackend()
+    inner = fake_backend()
     rec = RecordingBackend(inner, prefix_cache=False, flush_each=True)
     rec.generate("a b c? q", prefix_cache=True)
     rec.generate("a b c? q", prefix_cache=True)
-    assert inner.prefix_cache_args == [False, False] and inner.flushes == 2
+    assert [c["prefix_cache"] for c in inner.calls] == [False, False] and inner.flushes == 2
     assert [c.cached_tokens for c in rec.calls] == [0, 0] and rec.calls[1].index == 1
     rec.reset()
     assert rec.calls == []

@@ -7,45 +7,20 @@ from typing import Any
 
 from evals.suites.backends import EvalSetup
 from evals.suites.headlen import SweepConfig, chart, markdown, run_head_sweep
-from runtime.backends.base import Backend, Completion
-from runtime.errors import BackendError
+from tests.support.fake_backend import ReplyBackend
 
 
-class Scripted(Backend):
-    """Searches, then copies the first observed sentence's last word; TTFT ~ uncached tokens."""
-
-    name = "scripted"
-
-    def __init__(self) -> None:
-        self.calls: list[dict[str, Any]] = []
-        self.flushes = 0
-
-    def generate(self, prompt=None, input_ids=None, sampling_params=None, **kwargs: Any) -> Completion:
-        params = dict(sampling_params or {})
-        self.calls.append({"params": params, **kwargs})
-        text = prompt or ""
-        tokens = len(text) // 4
-        cached = 0 if kwargs.get("prefix_cache") is False else max(tokens - 40, 0)
-        last = text.rsplit("<|im_start|>user\n", 1)[-1]
-        if params.get("max_new_tokens") == 0:
-            out = ""
-        elif last.startswith("Observation"):
-            out = '{"answer":"' + last.split("] ", 1)[1].split(".")[0].split()[-1] + '"}'
-        else:
-            out = '{"tool":"search_document","arguments":{"query":"code door"}}'
-        ttft = 1e-4 * (tokens - cached + 1)
-        return Completion(out, [], tokens, cached, len(out) // 4, "stop", ttft, ttft * 2)
-
-    def tokenize(self, text: str) -> list[int]:
-        raise BackendError("no tokenizer")
-
-    def flush_cache(self) -> bool:
-        self.flushes += 1
-        return True
+def searches_then_copies(prompt: str, _params: dict[str, Any]) -> str:
+    """Searches, then copies the first observed sentence's last word."""
+    last = prompt.rsplit("<|im_start|>user\n", 1)[-1]
+    if last.startswith("Observation"):
+        return '{"answer":"' + last.split("] ", 1)[1].split(".")[0].split()[-1] + '"}'
+    return '{"tool":"search_document","arguments":{"query":"code door"}}'
 
 
 def test_sweep_rows_grow_the_head_and_keep_cached_ttft_flat(tmp_path: Path) -> None:
-    backend = Scripted()
+    # TTFT ~ uncached tokens, of a prefix cache over the prompts' text
+    backend = ReplyBackend(searches_then_copies, cache=True, prefill_s_per_token=1e-4)
     setup = EvalSetup("scripted", "m", "machine", "flag", cached=backend, uncached=backend)
     sweep = run_head_sweep(setup, SweepConfig(counts=(0, 2, 8), questions=2))
     rows = sweep["rows"]

@@ -9,6 +9,7 @@ what it means on a real server. The "model" is a function of the call.
 from __future__ import annotations
 
 import json
+import os
 import re
 import threading
 from collections.abc import Callable, Sequence
@@ -216,13 +217,29 @@ def arithmetic_model(call: FakeCall) -> str:
 class ReplyBackend(Backend):
     """Text-mode fake without a tokenizer (the agent then lays prompts out as text): `reply(prompt,
     sampling_params)` is the model's output. Every call is recorded with the request's fields.
-    A JSON-mode reply that does not close its object ran out of tokens (`finish_reason` length)."""
+    A JSON-mode reply that does not close its object ran out of tokens (`finish_reason` length).
+    A token is 4 characters of text.
+
+    `cache=True` simulates a server's prefix cache over the text: a request that reads the cache
+    (`prefix_cache`) finds the longest prefix of its prompt that an earlier prompt plus its reply
+    began with (at most all but one token); `flush_cache` empties it. `prefill_s_per_token`: what
+    each prompt token not found in the cache adds to the TTFT (0.01 s without any)."""
 
     name = "reply"
 
-    def __init__(self, reply: Callable[[str, dict[str, Any]], str]) -> None:
+    def __init__(
+        self,
+        reply: Callable[[str, dict[str, Any]], str],
+        *,
+        cache: bool = False,
+        prefill_s_per_token: float = 0.0,
+    ) -> None:
         self.reply = reply
         self.calls: list[dict[str, Any]] = []
+        self.cache = cache
+        self.prefill_s_per_token = prefill_s_per_token
+        self.cached_texts: list[str] = []  # what the simulated cache holds (prompt + reply)
+        self.flushes = 0
 
     @classmethod
     def replaying(cls, outputs: Sequence[str]) -> ReplyBackend:
@@ -247,11 +264,27 @@ class ReplyBackend(Backend):
                 "rid": request.rid,
             }
         )
+        prompt_tokens = len(prompt) // 4
+        use_cache = self.cache and request.prefix_cache
+        cached = min(self._cached_chars(prompt) // 4, max(prompt_tokens - 1, 0)) if use_cache else 0
         text = "" if params.get("max_new_tokens") == 0 else self.reply(prompt, params)
+        if use_cache:
+            self.cached_texts.append(prompt + text)
         cut = "json_schema" in params and bool(text) and not text.endswith("}")
+        ttft = 0.01 + self.prefill_s_per_token * (prompt_tokens - cached)
         return Completion(
-            text, [], len(prompt) // 4, 0, len(text) // 4, "length" if cut else "stop", 0.01, 0.02
+            text, [], prompt_tokens, cached, len(text) // 4, "length" if cut else "stop", ttft, ttft + 0.01
         )
+
+    def _cached_chars(self, prompt: str) -> int:
+        """Characters of `prompt`'s longest prefix that the simulated cache holds."""
+        return max((len(os.path.commonprefix([prompt, t])) for t in self.cached_texts), default=0)
+
+    def flush_cache(self) -> bool:
+        """Empties the simulated cache (True); False without one, as a backend that cannot."""
+        self.flushes += 1
+        self.cached_texts.clear()
+        return self.cache
 
     def tokenize(self, text: str) -> list[int]:
         raise BackendError("reply backend: no tokenizer")

@@ -11,100 +11,95 @@ def _x(v: float | None, unit: str = "x", digits: int = 2) -> str:
     return "skipped" if v is None else f"{v:.{digits}f}{unit}"
 
 
-def _target_rows(r: dict[str, Any]) -> list[tuple[str, str, str, bool | None]]:
-    """(what, measured, target, met) for the issues' targets; met is None without a number."""
-    ours, ra, q = r["prefix_reuse"], r["ratios"], r.get("quantized")
+TargetRow = tuple[str, str, str, bool | None]
 
-    def row(what: str, value: float | None, shown: str, target: str, ok: Callable[[float], bool]):
-        return what, shown, target, None if value is None else ok(value)
 
-    def speed_rows(mode: str, x: dict[str, Any], four_over_one: float | None, vs_lc: float | None):
-        return [
-            row(
-                f"{mode}: cached TTFT, long-document prompt",
-                x["ttft_cached_p50_s"],
-                _x(x["ttft_cached_p50_s"], " s", 3),
-                "<= 0.15 s",
-                lambda v: v <= 0.15,
-            ),
-            row(
-                f"{mode}: single-stream decode at {x['decode_context_tokens']} tokens of context",
-                x["decode_tok_s"],
-                _x(x["decode_tok_s"], " tok/s", 1),
-                ">= 40 tok/s",
-                lambda v: v >= 40,
-            ),
-            row(
-                f"{mode}: aggregate decode, 4 sessions / 1 session",
-                four_over_one,
-                _x(four_over_one),
-                ">= 2.5x",
-                lambda v: v >= 2.5,
-            ),
-            row(f"{mode}: our cached TTFT / llama.cpp's", vs_lc, _x(vs_lc), "<= 1.5x", lambda v: v <= 1.5),
-        ]
+def _row(what: str, value: float | None, shown: str, target: str, ok: Callable[[float], bool]) -> TargetRow:
+    """(what, measured, target, met); met is None without a number."""
+    return what, shown, target, None if value is None else ok(value)
 
-    quant_rows = (
-        []
-        if q is None
-        else [
-            *speed_rows(
-                q["torchao_config"],
-                q["prefix_reuse"],
-                ra["quantized_decode_4_over_1_sessions"],
-                ra["quantized_cached_ttft_vs_llama_cpp"],
-            ),
-            row(
-                f"{q['torchao_config']}: our decode / llama.cpp's",
-                ra["quantized_decode_vs_llama_cpp"],
-                _x(ra["quantized_decode_vs_llama_cpp"]),
-                "(ratio)",
-                lambda v: True,
-            ),
-        ]
-    )
+
+def _ratio_row(what: str, value: float | None) -> TargetRow:
+    """A ratio shown for information: no target to meet."""
+    return _row(what, value, _x(value), "(ratio)", lambda v: True)
+
+
+def _speed_rows(
+    mode: str, x: dict[str, Any], four_over_one: float | None, vs_lc: float | None
+) -> list[TargetRow]:
+    """One weight mode's targets: cached TTFT, decode, 4-session scaling, TTFT vs llama.cpp's."""
     return [
-        row(
+        _row(
+            f"{mode}: cached TTFT, long-document prompt",
+            x["ttft_cached_p50_s"],
+            _x(x["ttft_cached_p50_s"], " s", 3),
+            "<= 0.15 s",
+            lambda v: v <= 0.15,
+        ),
+        _row(
+            f"{mode}: single-stream decode at {x['decode_context_tokens']} tokens of context",
+            x["decode_tok_s"],
+            _x(x["decode_tok_s"], " tok/s", 1),
+            ">= 40 tok/s",
+            lambda v: v >= 40,
+        ),
+        _row(
+            f"{mode}: aggregate decode, 4 sessions / 1 session",
+            four_over_one,
+            _x(four_over_one),
+            ">= 2.5x",
+            lambda v: v >= 2.5,
+        ),
+        _row(f"{mode}: our cached TTFT / llama.cpp's", vs_lc, _x(vs_lc), "<= 1.5x", lambda v: v <= 1.5),
+    ]
+
+
+def _quant_rows(q: dict[str, Any] | None, ra: dict[str, Any]) -> list[TargetRow]:
+    """The quantized engine's speed targets and its decode ratio; none without a quantized run."""
+    if q is None:
+        return []
+    return [
+        *_speed_rows(
+            q["torchao_config"],
+            q["prefix_reuse"],
+            ra["quantized_decode_4_over_1_sessions"],
+            ra["quantized_cached_ttft_vs_llama_cpp"],
+        ),
+        _ratio_row(f"{q['torchao_config']}: our decode / llama.cpp's", ra["quantized_decode_vs_llama_cpp"]),
+    ]
+
+
+def _hit_rate_row(ra: dict[str, Any]) -> TargetRow:
+    """Our multi-session hit rate above llama.cpp's, in percentage points."""
+    diff = ra["hit_rate_minus_llama_cpp"]
+    return _row(
+        "multi-session hit rate, ours - llama.cpp's",
+        diff,
+        _x(None if diff is None else 100 * diff, " pt", 1),
+        "> 0 pt",
+        lambda v: v > 0,
+    )
+
+
+def _target_rows(r: dict[str, Any]) -> list[TargetRow]:
+    """(what, measured, target, met) for the issues' targets; met is None without a number."""
+    ra = r["ratios"]
+    return [
+        _row(
             "cached TTFT speedup (cold / cached)",
             ra["cached_ttft_speedup"],
             _x(ra["cached_ttft_speedup"]),
             ">= 15x",
             lambda v: v >= 15,
         ),
-        *speed_rows("float32", ours, ra["decode_4_over_1_sessions"], ra["cached_ttft_vs_llama_cpp"]),
-        *quant_rows,
-        row(
-            "multi-session hit rate, ours - llama.cpp's",
-            ra["hit_rate_minus_llama_cpp"],
-            _x(
-                None if ra["hit_rate_minus_llama_cpp"] is None else 100 * ra["hit_rate_minus_llama_cpp"],
-                " pt",
-                1,
-            ),
-            "> 0 pt",
-            lambda v: v > 0,
+        *_speed_rows(
+            "float32", r["prefix_reuse"], ra["decode_4_over_1_sessions"], ra["cached_ttft_vs_llama_cpp"]
         ),
-        row(
-            "our decode / llama.cpp's",
-            ra["decode_vs_llama_cpp"],
-            _x(ra["decode_vs_llama_cpp"]),
-            "(ratio)",
-            lambda v: True,
-        ),
-        row(
-            "HF generate's TTFT / our cached TTFT",
-            ra["cached_ttft_speedup_vs_hf_generate"],
-            _x(ra["cached_ttft_speedup_vs_hf_generate"]),
-            "(ratio)",
-            lambda v: True,
-        ),
-        row(
-            "our decode / HF generate's",
-            ra["decode_vs_hf_generate"],
-            _x(ra["decode_vs_hf_generate"]),
-            "(ratio)",
-            lambda v: True,
-        ),
+        *_quant_rows(r.get("quantized"), ra),
+        _hit_rate_row(ra),
+        _ratio_row("our decode / llama.cpp's", ra["decode_vs_llama_cpp"]),
+        _ratio_row("HF generate's TTFT / our cached TTFT", ra["cached_ttft_speedup_vs_hf_generate"]),
+        _ratio_row("our decode / HF generate's", ra["decode_vs_hf_generate"]),
     ]
 
 
@@ -178,10 +173,10 @@ def _load_note(m: dict[str, Any]) -> str:
     )
 
 
-def render_report(r: dict[str, Any]) -> str:
-    """Our and the peers' sections; evals/benchmarks/bench.py's `write_report` appends the GPU, KV and suite ones."""
-    m, c = r["machine"], r["config"]
-    lines = [
+def _intro_lines(r: dict[str, Any]) -> list[str]:
+    """The title and the machine, model and run the numbers come from."""
+    m = r["machine"]
+    return [
         "# Benchmarks (`make bench`)",
         "",
         f"Machine: {m['cpu']}, {m['cores']} cores, torch {m['torch']} ({m['torch_threads']} threads), "
@@ -195,17 +190,23 @@ def render_report(r: dict[str, Any]) -> str:
         "the longdoc eval with the accuracy/TTFT-vs-head-length sweep "
         "([eval-longdoc/report.md](results/eval-longdoc/report.md)).",
         "",
-        "## Ratios and targets",
-        "",
-        "| what | measured | target | met |",
-        "|---|---|---|---|",
     ]
+
+
+def _targets_section(r: dict[str, Any]) -> list[str]:
+    """Ratios and targets: a row per target, met yes / NO / - (no number, or a plain ratio)."""
+    lines = ["## Ratios and targets", "", "| what | measured | target | met |", "|---|---|---|---|"]
     for what, shown, target, met in _target_rows(r):
         lines.append(
             f"| {what} | {shown} | {target} | {'-' if met is None or target == '(ratio)' else 'yes' if met else 'NO'} |"
         )
-    lines += [
-        "",
+    return lines
+
+
+def _reuse_section(r: dict[str, Any]) -> list[str]:
+    """Prefix reuse: how it was measured, then a row per engine."""
+    c = r["config"]
+    return [
         f"## Prefix reuse: ~{c['doc_tokens']}-token document + short question",
         "",
         f"Cold: cache emptied before each of {c['repeats'] + 1} runs; cached: {c['repeats']} other questions "
@@ -220,29 +221,52 @@ def render_report(r: dict[str, Any]) -> str:
             else "."
         ),
         "",
+        *_reuse_rows(r),
     ]
-    lines += _reuse_rows(r)
-    lines += [
-        "",
+
+
+def _throughput_section(r: dict[str, Any]) -> list[str]:
+    """Concurrent sessions: the float32 table, then the quantized one when measured."""
+    c = r["config"]
+    lines = [
         "## Throughput: concurrent sessions (threads calling the engine)",
         "",
         f"Each session asks one question about its own {c['session_prompt_tokens']}-token document and "
         f"decodes {c['session_new_tokens']} tokens; all start together. Aggregate decode tok/s counts the "
         "tokens produced while every session was decoding (last first token to first finish).",
         "",
+        *throughput_rows(r["throughput"]["rows"]),
     ]
-    lines += throughput_rows(r["throughput"]["rows"])
     if "quantized" in r:
         lines += ["", f"With `--torchao-config {r['quantized']['torchao_config']}` (same sessions):", ""]
         lines += throughput_rows(r["quantized"]["throughput"]["rows"])
-    lines += [
-        "",
+    return lines
+
+
+def _hit_section(r: dict[str, Any]) -> list[str]:
+    """Multi-session hit rate: the setting, then a row per engine."""
+    c = r["config"]
+    return [
         f"## Multi-session hit rate: {c['hit_docs']} documents of {c['hit_doc_tokens']} tokens, questions "
         "alternating between them",
         "",
         "llama.cpp reuses only its live context (one prompt per slot); with llama-cpp-python's "
         "LlamaRAMCache it restores saved states.",
         "",
+        *_hit_rows(r),
     ]
-    lines += _hit_rows(r)
+
+
+def render_report(r: dict[str, Any]) -> str:
+    """Our and the peers' sections; evals/benchmarks/bench.py's `write_report` appends the GPU, KV and suite ones."""
+    lines = [
+        *_intro_lines(r),
+        *_targets_section(r),
+        "",
+        *_reuse_section(r),
+        "",
+        *_throughput_section(r),
+        "",
+        *_hit_section(r),
+    ]
     return "\n".join(lines) + "\n"
