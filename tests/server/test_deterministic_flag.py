@@ -23,12 +23,23 @@ def test_server_reports_the_flag_and_logprobs_hit_the_cache(engine):
         with LiveServer(create_app(sibling, ServerArgs())) as live:
             info = httpx.get(f"{live.url}/get_server_info", timeout=30).json()
             cold = httpx.post(f"{live.url}/generate", json=body, timeout=120).json()
-            warm = httpx.post(f"{live.url}/generate", json=body, timeout=120).json()
+            # another top-k is not the first one's twin: served up to logprob_start_len, as SGLang
+            other = httpx.post(
+                f"{live.url}/generate", json=body | {"top_logprobs_num": 1}, timeout=120
+            ).json()
+            sibling.flush_cache()
+            httpx.post(f"{live.url}/generate", json=body | {"top_logprobs_num": 1}, timeout=120).json()
+            warm = httpx.post(f"{live.url}/generate", json=body | {"top_logprobs_num": 1}, timeout=120).json()
+            twin = httpx.post(f"{live.url}/generate", json=body | {"top_logprobs_num": 1}, timeout=120).json()
     finally:
         sibling.shutdown()
     assert info["enable_deterministic_inference"] is True
     assert info["engine_config"]["enable_deterministic_inference"] is True
-    assert cold["meta_info"]["cached_tokens"] == 0 and warm["meta_info"]["cached_tokens"] == 6
-    assert warm["text"] == cold["text"]
+    prompt = cold["meta_info"]["prompt_tokens"]
+    assert cold["meta_info"]["cached_tokens"] == 0 and other["meta_info"]["cached_tokens"] == 6
+    # the same request again is a twin of the last (tests/hardening/test_logprob_twins.py): whole
+    assert warm["meta_info"]["cached_tokens"] == twin["meta_info"]["cached_tokens"] == prompt
+    assert warm["text"] == cold["text"] == other["text"]
     for key in ("input_token_logprobs", "output_token_logprobs"):
-        assert warm["meta_info"][key] == cold["meta_info"][key], key
+        assert other["meta_info"][key] == cold["meta_info"][key], key
+        assert warm["meta_info"][key] == twin["meta_info"][key] == other["meta_info"][key], key
