@@ -24,7 +24,7 @@ class PooledKV:
         """A view of the pool through `slots` (the lease's own list: it grows and is rebound in
         place); its first `cached` positions hold the matched prefix already."""
         planes = self.pool.planes
-        return SeqKV(planes[0], planes[1], cached, self.pool.fmt, planes[2:], slots=slots)
+        return SeqKV(planes[0], planes[1], slots, cached, self.pool.fmt, planes[2:])
 
     def copy(self, src: Sequence[int], dst: Sequence[int]) -> None:
         """Every layer's K/V at slots `src` into `dst` (one run), run by run as slice copies

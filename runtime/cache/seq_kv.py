@@ -1,4 +1,4 @@
-"""`SeqKV`: one request's K/V positions, in a private buffer or as rows of the engine's KV pool.
+"""`SeqKV`: one request's K/V positions as rows of the engine's KV pool.
 
 The cache owns this view (request_kv.py binds it to the pool's rows); the model's forward pass reads
 and writes through it.
@@ -24,25 +24,26 @@ class SeqKV:
     head_dim]; the first `length` positions are filled. `fmt` says how they are stored (None:
     plainly in k's dtype); int8 adds `scales` (K's and V's, [layers, kv_heads, rows, 1] each).
 
-    `slots` None: a private buffer, position i is row i. Otherwise the planes are the engine's
-    KV pool and position i lives in row `slots[i]` (the cache manager's list for the request,
-    grown and rebound in place): attention reads the pool itself, one run of rows as a view,
-    scattered rows through a per-layer gather (see `_Views`), so no request copies cached KV."""
+    The planes are a KV pool and position i lives in row `slots[i]` (for the engine, the cache
+    manager's list for the request, grown and rebound in place): attention reads the pool itself,
+    one run of rows as a view, scattered rows through a per-layer gather (see `_Views`), so no
+    request copies cached KV."""
 
     k: torch.Tensor
     v: torch.Tensor
+    slots: list[int]
     length: int = 0
     fmt: KVFormat | None = None
     scales: tuple[torch.Tensor, ...] = ()
-    slots: list[int] | None = None
 
     @classmethod
     def empty(cls, cfg: ModelConfig, capacity: int, fmt: KVFormat | torch.dtype, device: str) -> SeqKV:
+        """A pool of its own for one sequence (tests, benchmarks): position i in row i."""
         fmt = fmt if isinstance(fmt, KVFormat) else KVFormat.plain(fmt)
         # zero-filled and whole attention blocks: deterministic attention reads to a block's end
         rows = padded_length(capacity)
         planes = fmt.alloc(cfg.layers, cfg.kv_heads, rows, cfg.head_dim, device, zeros=True)
-        return cls(planes[0], planes[1], fmt=fmt, scales=planes[2:])
+        return cls(planes[0], planes[1], list(range(capacity)), fmt=fmt, scales=planes[2:])
 
     @property
     def format(self) -> KVFormat:
@@ -58,13 +59,11 @@ class SeqKV:
 
     @property
     def capacity(self) -> int:
-        return self.k.shape[2] if self.slots is None else len(self.slots)
+        return len(self.slots)
 
     def rows(self, start: int, stop: int) -> int | torch.Tensor:
         """Where positions start..stop-1 live: the first row when they are one run (views
         work), else a tensor of rows (gather / index_copy)."""
-        if self.slots is None:
-            return start
         part = self.slots[start:stop]
         first = part[0] if part else 0
         if part == list(range(first, first + len(part))):

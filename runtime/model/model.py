@@ -379,7 +379,7 @@ def _rows(kv: SeqKV, n: int, span: int) -> int | torch.Tensor:
     `span` rows fit the planes, else every row."""
     m = kv.length
     at = kv.rows(0, m + n)
-    if isinstance(at, int) and at + span > kv.k.shape[2]:  # a private buffer without the padding
+    if isinstance(at, int) and at + span > kv.k.shape[2]:  # a run at the planes' end, past their padding
         return torch.arange(at, at + m + n, device=kv.k.device)
     return at
 
@@ -387,7 +387,7 @@ def _rows(kv: SeqKV, n: int, span: int) -> int | torch.Tensor:
 @dataclass(frozen=True, slots=True)
 class _Views:
     """One request's per-layer K/V access for a step. When its m + n positions are one run of
-    rows (a private buffer, or consecutive pool slots): views of what attention reads (`k`, `v`:
+    rows (consecutive pool slots): views of what attention reads (`k`, `v`:
     [1, KVH, span, hd] per layer, as stored; `stored`: every plane over those rows, for formats
     that convert) and of where the n new tokens go (`new`: every plane, [KVH, n, x]). When they
     are scattered over the pool: `idx` / `new_idx` (rows), `planes`, and a gather per layer.

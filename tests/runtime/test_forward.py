@@ -87,6 +87,7 @@ def test_attention_mask_variants_are_bit_identical(prefix, new):
     kv = SeqKV(
         torch.randn(1, 3, prefix + new, 64, generator=g),
         torch.randn(1, 3, prefix + new, 64, generator=g),
+        list(range(prefix + new)),
         length=prefix,
     )
     q = torch.randn(1, 9, new, 64, generator=g)
