@@ -8,9 +8,8 @@ appended, before acting: acting may roll back, which declares what the next prom
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from agent import prompts
 from agent.checkpoints import Step
@@ -57,7 +56,7 @@ class TraceObserver:
         self.run_id, self.session_id, self.branch = ids
         self.salt = salt
         self.trace: list[StepRecord] = []
-        self.last_full: Sequence[Any] = ()  # latest prompt+output sent on this branch
+        self.last_full: Sequence[Hashable] = ()  # latest prompt+output sent on this branch
         self._pending: _Pending | None = None
 
     # -- step events --------------------------------------------------------------------------
@@ -65,9 +64,9 @@ class TraceObserver:
     def generated(self, layout: PromptLayout, prompt: Prompt, completion: Completion, out: Piece) -> None:
         """The model answered `prompt` and its turn `out` was appended to `layout`."""
         sent = break_units(prompt)
-        sent_out: Sequence[Any] = out.ids if out.ids is not None else out.text
+        sent_out: Sequence[Hashable] = out.ids if out.ids is not None else out.text
         units = self._ideal_units(prompt)
-        outputs: Sequence[Any] = out.text
+        outputs: Sequence[Hashable] = out.text
         if not isinstance(units, str):
             outputs = completion.output_ids or (self.tokenize(completion.text) if self.tokenize else out.text)
         if self.accounting.ideal is self.accounting.breaks:
@@ -139,7 +138,7 @@ class TraceObserver:
 
     # -- helpers ------------------------------------------------------------------------------
 
-    def _ideal_units(self, prompt: Prompt) -> Sequence[Any]:
+    def _ideal_units(self, prompt: Prompt) -> Sequence[Hashable]:
         if prompt.ids is not None:
             return prompt.ids
         return self.tokenize(prompt.text) if self.tokenize else prompt.text
@@ -154,6 +153,6 @@ class TraceObserver:
         return record
 
 
-def break_units(prompt: Prompt) -> Sequence[Any]:
+def break_units(prompt: Prompt) -> Sequence[Hashable]:
     """What prefix breaks compare: the ids sent, or the text sent."""
     return prompt.ids if prompt.ids is not None else prompt.text

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from agent.constraints import forbidden_names, ground_numbers, guard_arguments
 from agent.errors import ParseError
@@ -19,10 +19,10 @@ class Action:
     kind: ActionKind
     text: str | None = None  # answer / dead-end reason / thought
     tool: str | None = None
-    arguments: dict[str, Any] | None = None
+    arguments: dict[str, object] | None = None
 
 
-def _object(properties: dict[str, Any]) -> dict[str, Any]:
+def _object(properties: dict[str, object]) -> dict[str, object]:
     return {
         "type": "object",
         "properties": properties,
@@ -38,9 +38,9 @@ def action_schema(
     answer_only: bool = False,
     *,
     allowed: Sequence[str] | None = None,
-    answer: dict[str, Any] | None = None,
+    answer: dict[str, object] | None = None,
     numbers: Sequence[int | float] | None = None,
-    arguments: Mapping[str, dict[str, Any]] | None = None,
+    arguments: Mapping[str, dict[str, object]] | None = None,
 ) -> str:
     """anyOf one object per tool ({"tool": const, "arguments": its schema}), answer, dead end.
 
@@ -83,7 +83,7 @@ def thought_schema() -> str:
     return _ordered_json(_object({"thought": {"type": "string"}}))
 
 
-def _ordered_json(value: Any) -> str:
+def _ordered_json(value: object) -> str:
     """Deterministic (built in a fixed order), compact, key order preserved."""
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 

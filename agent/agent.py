@@ -9,7 +9,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, cast
+from typing import cast
 
 from agent.accounting import break_units
 from agent.checkpoints import ForkResult, RunResult
@@ -58,7 +58,7 @@ class Agent:
         session_id: str | None = None,
         cache_salt: str | None = None,
         trace_path: str | Path | None = None,
-        sampling: dict[str, Any] | None = None,
+        sampling: dict[str, object] | None = None,
         *,
         max_backtracks: int = 2,
         max_errors: int = 3,
@@ -228,7 +228,7 @@ class Agent:
         self, ctx: RunContext, base: Run, shared: Prompt, branch: int, temperature: float | None
     ) -> Run:
         sampling = dict(self.config.sampling)
-        base_temp = float(sampling.get("temperature", 0.0))
+        base_temp = float(cast(float, sampling.get("temperature", 0.0)))  # a number in SGLang's shape
         sampling["temperature"] = temperature or (
             base_temp if base_temp > 0 else self.config.fork_temperature
         )

@@ -3,9 +3,9 @@ memory) and its trace (the JSONL records)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from agent.actions import Action
 from agent.trace import StepRecord
@@ -18,7 +18,7 @@ class Checkpoint:
 
     mark: int
     step: int
-    units: Sequence[Any]
+    units: Sequence[Hashable]
 
 
 @dataclass(slots=True)
@@ -31,7 +31,7 @@ class Step:
     output: str = ""
     action: Action | None = None
     observation: str | None = None
-    tool: dict[str, Any] | None = None
+    tool: dict[str, object] | None = None
     error: str | None = None
     record: StepRecord | None = None
     abandoned: bool = False  # rolled back: no longer on the live path

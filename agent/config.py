@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,7 +19,7 @@ class AgentConfig:
     tool_choice: str = "auto"
     #: numeric tool arguments take a number written in the run so far (system, task, results)
     ground_numbers: bool = True
-    sampling: dict[str, Any] = field(default_factory=lambda: {"temperature": 0.0, "max_new_tokens": 256})
+    sampling: dict[str, object] = field(default_factory=lambda: {"temperature": 0.0, "max_new_tokens": 256})
     #: earlier turns' thinking blocks: "preserve" keeps each turn as generated (the prefix cache
     #: reuses it whole); "template" drops them once a new user message follows, as Qwen3's chat
     #: template does (the trace then counts the lost tokens as `template_rewrite`)

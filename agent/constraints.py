@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from typing import Any
 
 _META = set(r"\.^$|?*+()[]{}-&~#/\"")
 _CLASS_META = set("\\]^-[&~")
@@ -32,10 +31,14 @@ def _class_char(ch: str) -> str:
     return "\\" + ch if ch in _CLASS_META else ch
 
 
+#: a character trie: "" marks the end of a word
+_CharTrie = dict[str, "_CharTrie"]
+
+
 def not_words_pattern(words: Iterable[str]) -> str:
     """Anchored regex of non-empty strings that start with a non-space and equal none of `words`
     (case-insensitive)."""
-    trie: dict[str, Any] = {}
+    trie: _CharTrie = {}
     for word in sorted({w.lower() for w in words if w}):  # sorted: one pattern whatever the hash seed
         node = trie
         for ch in word:
@@ -48,7 +51,7 @@ def _cased(ch: str) -> list[str]:
     return sorted({ch, ch.upper(), ch.lower()})
 
 
-def _complement(node: dict[str, Any], first: bool = False) -> str:
+def _complement(node: _CharTrie, first: bool = False) -> str:
     """Strings that, appended to this trie node's prefix, give a string outside the word set."""
     children = sorted(ch for ch in node if ch)
     excluded = "".join(_class_char(c) for ch in children for c in _cased(ch))
@@ -63,11 +66,11 @@ def _complement(node: dict[str, Any], first: bool = False) -> str:
     return "(" + "|".join(options) + ")"
 
 
-def _free_string(schema: dict[str, Any]) -> bool:
+def _free_string(schema: dict[str, object]) -> bool:
     return schema.get("type") == "string" and not ({"enum", "const", "pattern", "format"} & schema.keys())
 
 
-def guard_arguments(parameters: dict[str, Any], forbidden: Sequence[str]) -> dict[str, Any]:
+def guard_arguments(parameters: dict[str, object], forbidden: Sequence[str]) -> dict[str, object]:
     """A copy of a tool's arguments schema whose free-text strings refuse degenerate values.
 
     Strings that already carry an enum, const, pattern or format are the tool author's choice and
@@ -137,12 +140,12 @@ def context_numbers(text: str) -> list[int | float]:
     return list(seen)[-MAX_NUMBERS:]
 
 
-def _free_number(schema: dict[str, Any]) -> bool:
+def _free_number(schema: dict[str, object]) -> bool:
     keys = {"enum", "const", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"}
     return schema.get("type") in ("number", "integer") and not (keys & schema.keys())
 
 
-def ground_numbers(parameters: dict[str, Any], numbers: Sequence[int | float]) -> dict[str, Any]:
+def ground_numbers(parameters: dict[str, object], numbers: Sequence[int | float]) -> dict[str, object]:
     """A copy of a tool's arguments schema whose free numeric arguments take one of `numbers`.
 
     A small model otherwise invents values, or spins digits forever ("2.5000000..."). Integer

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from agent import prompts
 
@@ -21,7 +20,7 @@ class ExampleCall:
     """One demonstrated tool call and the result the tool returned."""
 
     tool: str
-    arguments: Mapping[str, Any]
+    arguments: Mapping[str, object]
     result: str
 
 
@@ -47,12 +46,12 @@ class Example:
         return {c.tool for c in self.calls}
 
 
-def _compact(value: Any) -> str:
+def _compact(value: object) -> str:
     # The grammar emits compact JSON in schema order: the example must look exactly like that.
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
-def call_json(tool: str, arguments: Mapping[str, Any]) -> str:
+def call_json(tool: str, arguments: Mapping[str, object]) -> str:
     return _compact({"tool": tool, "arguments": dict(arguments)})
 
 

@@ -12,11 +12,11 @@ import copy
 import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from agent import prompts
 from agent.examples import Example, render_examples
 from agent.tools import Tool
+from runtime.trace.ledger import RewriteNote
 
 Tokenize = Callable[[str], list[int]]
 Document = str | tuple[str, str]
@@ -88,7 +88,7 @@ class PromptLayout:
         #: "template": earlier outputs lose their thinking block when a user message follows
         self._drop_thinking = reasoning_history == "template"
         self._outputs: list[int] = []  # log indexes of the model's outputs
-        self._rewrites: list[dict[str, Any]] = []  # dropped blocks not yet reported
+        self._rewrites: list[RewriteNote] = []  # dropped blocks not yet reported
         self._examples = tuple(examples)
         self._tools = tuple(tools)
         self._documents = tuple(documents)
@@ -144,7 +144,7 @@ class PromptLayout:
             self._log[index] = self._piece(text[:start] + text[stop:].lstrip("\n"))
             self._rewrites.append({"message": index, "dropped": text[start:stop]})
 
-    def take_rewrites(self) -> tuple[dict[str, Any], ...]:
+    def take_rewrites(self) -> tuple[RewriteNote, ...]:
         """Thinking blocks dropped since the last call (the trace's `template_rewrite`)."""
         out, self._rewrites = tuple(self._rewrites), []
         return out

@@ -9,9 +9,8 @@ Custom policies drive `step()` themselves and use `checkpoint()` / `rollback()`.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from typing import Any
 
 from agent import prompts
 from agent.accounting import TraceObserver, break_units
@@ -31,7 +30,7 @@ from runtime.trace.ledger import StepAccounting
 
 log = logging.getLogger(__name__)
 
-Verify = Callable[[str], Any]
+Verify = Callable[[str], object]
 
 
 @dataclass(slots=True)
@@ -51,7 +50,7 @@ class RunContext:
     cache_salt: str | None = None
     priority: int | None = None
 
-    def event(self, kind: str, **info: Any) -> None:
+    def event(self, kind: str, **info: object) -> None:
         """Session events are hints to the cache: a failure to deliver one never stops a run."""
         if self.cache_salt:  # sessions belong to their salt on the server: events must name it too
             info = {"cache_salt": self.cache_salt, **info}
@@ -80,7 +79,7 @@ class Run:
         layout: PromptLayout,
         task: str | None,
         branch: int = 0,
-        sampling: dict[str, Any] | None = None,
+        sampling: dict[str, object] | None = None,
         tool_choice: str | None = None,
     ) -> None:
         self.ctx, self.layout, self.branch = ctx, layout, branch
@@ -88,10 +87,10 @@ class Run:
         self.tool_choice = tool_choice or ctx.config.tool_choice
         self.task = task
         #: JSON schema of the answer string (None: any string); custom policies may narrow it
-        self.answer_schema: dict[str, Any] | None = None
+        self.answer_schema: dict[str, object] | None = None
         #: per tool name, an arguments schema replacing the tool's own (custom policies narrow
         #: what a call may say, e.g. an expression over the task's numbers); empty: the tools' own
-        self.argument_schemas: dict[str, dict[str, Any]] = {}
+        self.argument_schemas: dict[str, dict[str, object]] = {}
         self.sampling = dict(sampling if sampling is not None else ctx.config.sampling)
         self.steps: list[Step] = []
         #: the trace: an observer of this run's step events (agent/accounting.py)
@@ -144,16 +143,17 @@ class Run:
         self._errors = 0
         self._next = "backtrack"
 
-    def _abandon_info(self, abandoned: list[Any], checkpoint: Checkpoint) -> dict[str, Any]:
+    def _abandon_info(self, abandoned: list[Hashable], checkpoint: Checkpoint) -> dict[str, object]:
         """`input_ids` of the abandoned context and `keep`: how many leading tokens stay live."""
-        info: dict[str, Any] = {"branch": self.branch}
+        info: dict[str, object] = {"branch": self.branch}
         if self.layout.token_mode:
             return {**info, "input_ids": abandoned, "keep": len(checkpoint.units)}
-        text, tokenize = "".join(abandoned), self.ctx.tokenize
+        # text mode: the units are characters
+        text, tokenize = "".join(map(str, abandoned)), self.ctx.tokenize
         info["text"] = text
         if tokenize is not None:
             info["input_ids"] = tokenize(text)
-            info["keep"] = len(tokenize("".join(checkpoint.units)))
+            info["keep"] = len(tokenize("".join(map(str, checkpoint.units))))
         return info
 
     # -- the loop ------------------------------------------------------------------------------
@@ -228,7 +228,7 @@ class Run:
             self.observer.failed(step, prompt)
             return None
 
-    def generate(self, prompt: Prompt, params: dict[str, Any], rid: str) -> Completion:
+    def generate(self, prompt: Prompt, params: dict[str, object], rid: str) -> Completion:
         """The run's one request type, built here and handed to the backend as it is."""
         ctx = self.ctx
         request = GenerationRequest.of(

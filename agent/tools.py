@@ -12,9 +12,9 @@ import concurrent.futures
 import inspect
 import json
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, get_type_hints
+from typing import Any, cast, get_type_hints, overload
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
@@ -22,7 +22,7 @@ from agent.errors import ToolError
 from agent.examples import Example
 
 
-def canonical_json(value: Any) -> str:
+def canonical_json(value: object) -> str:
     """One spelling per value: sorted keys, no whitespace, UTF-8 kept (no \\u escapes)."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
 
@@ -46,7 +46,7 @@ class Tool:
 
     name: str
     description: str
-    fn: Callable[..., Any]
+    fn: Callable[..., object]
     args_model: type[BaseModel]
     expected_s: float | None = None
     timeout_s: float | None = None
@@ -62,21 +62,23 @@ class Tool:
     def is_async(self) -> bool:
         return inspect.iscoroutinefunction(self.fn)
 
-    def parameters_schema(self) -> dict[str, Any]:
+    def parameters_schema(self) -> dict[str, object]:
         """JSON schema of the arguments object, without pydantic's cosmetic titles."""
-        return _strip_titles(self.args_model.model_json_schema())
+        schema = self.args_model.model_json_schema()
+        return {k: _strip_titles(v) for k, v in schema.items() if k != "title"}
 
-    def spec(self) -> dict[str, Any]:
+    def spec(self) -> dict[str, object]:
         return {"name": self.name, "description": self.description, "parameters": self.parameters_schema()}
 
     def spec_json(self) -> str:
         return canonical_json(self.spec())
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, *args: object, **kwargs: object) -> Any:
         """Calling a Tool directly calls the wrapped function (handy in tests and plain code)."""
+        # Any: the result is whatever the wrapped function returns, for the caller to use as such
         return self.fn(*args, **kwargs)
 
-    def invoke(self, arguments: Any) -> ToolResult:
+    def invoke(self, arguments: object) -> ToolResult:
         """Validate and run; every failure comes back as a ToolResult, never as an exception."""
         try:
             value = self._invoke(arguments)
@@ -84,7 +86,7 @@ class Tool:
             return ToolResult(None, exc.message, exc.kind)
         return ToolResult(value if isinstance(value, str) else canonical_json(value))
 
-    def _invoke(self, arguments: Any) -> Any:
+    def _invoke(self, arguments: object) -> object:
         if not isinstance(arguments, dict):
             raise ToolError(f"arguments must be a JSON object, got {type(arguments).__name__}", "validation")
         try:
@@ -94,7 +96,8 @@ class Tool:
         kwargs = {name: getattr(parsed, name) for name in type(parsed).model_fields}
         try:
             if self.is_async:
-                return asyncio.run(asyncio.wait_for(self.fn(**kwargs), self.timeout_s))
+                pending = cast(Awaitable[object], self.fn(**kwargs))  # is_async: a coroutine
+                return asyncio.run(asyncio.wait_for(pending, self.timeout_s))
             return _call_with_timeout(self.fn, kwargs, self.timeout_s)
         except (TimeoutError, concurrent.futures.TimeoutError):
             raise ToolError(f"timed out after {self.timeout_s} s", "timeout") from None
@@ -104,7 +107,9 @@ class Tool:
             raise ToolError(f"{type(exc).__name__}: {exc}", "exception") from None
 
 
-def _call_with_timeout(fn: Callable[..., Any], kwargs: dict[str, Any], timeout_s: float | None) -> Any:
+def _call_with_timeout(
+    fn: Callable[..., object], kwargs: dict[str, object], timeout_s: float | None
+) -> object:
     if timeout_s is None:
         return fn(**kwargs)
     # A thread cannot be killed: on timeout the call keeps running detached and its result is dropped.
@@ -123,7 +128,7 @@ def _short_validation(exc: ValidationError) -> str:
     return "; ".join(parts)
 
 
-def _strip_titles(schema: Any) -> Any:
+def _strip_titles(schema: object) -> object:
     if isinstance(schema, dict):
         return {k: _strip_titles(v) for k, v in schema.items() if k != "title"}
     if isinstance(schema, list):
@@ -155,9 +160,9 @@ def _parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
     return description, fields
 
 
-def _args_model(fn: Callable[..., Any], name: str, docs: dict[str, str]) -> type[BaseModel]:
+def _args_model(fn: Callable[..., object], name: str, docs: dict[str, str]) -> type[BaseModel]:
     hints = get_type_hints(fn)
-    fields: dict[str, Any] = {}
+    fields: dict[str, Any] = {}  # pydantic field definitions: (annotation, FieldInfo)
     for param in inspect.signature(fn).parameters.values():
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             raise TypeError(f"tool {name!r}: *args/**kwargs cannot be described to a model")
@@ -168,18 +173,38 @@ def _args_model(fn: Callable[..., Any], name: str, docs: dict[str, str]) -> type
     return create_model(model_name, __config__=ConfigDict(extra="forbid"), **fields)
 
 
+@overload
 def tool(
-    fn: Callable[..., Any] | None = None,
+    fn: Callable[..., object],
+    *,
+    name: str | None = ...,
+    description: str | None = ...,
+    expected_s: float | None = ...,
+    timeout_s: float | None = ...,
+    examples: Sequence[Example] = ...,
+) -> Tool: ...
+@overload
+def tool(
+    fn: None = None,
+    *,
+    name: str | None = ...,
+    description: str | None = ...,
+    expected_s: float | None = ...,
+    timeout_s: float | None = ...,
+    examples: Sequence[Example] = ...,
+) -> Callable[[Callable[..., object]], Tool]: ...
+def tool(
+    fn: Callable[..., object] | None = None,
     *,
     name: str | None = None,
     description: str | None = None,
     expected_s: float | None = None,
     timeout_s: float | None = None,
     examples: Sequence[Example] = (),
-) -> Any:
+) -> Tool | Callable[[Callable[..., object]], Tool]:
     """Decorator: `@tool` or `@tool(name=..., expected_s=..., timeout_s=..., examples=[...])` -> Tool."""
 
-    def wrap(func: Callable[..., Any]) -> Tool:
+    def wrap(func: Callable[..., object]) -> Tool:
         tool_name = name or func.__name__
         summary, docs = _parse_docstring(func.__doc__)
         return Tool(

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from typing import Any
 
 from runtime.backends.base import Backend, Completion
 
@@ -32,7 +31,7 @@ def backend_class(name: str) -> Callable[..., Backend]:
     return getattr(importlib.import_module(module), cls)
 
 
-def connect(target: Any = "embedded", **options: Any) -> Backend:
+def connect(target: object = "embedded", **options: object) -> Backend:
     """A `Backend` for `target` (see the module docstring). `options` go to the backend's constructor
     (e.g. `api_key=`, `model=`, `max_attempts=`, `retry_backoff_s=`; for "embedded": Engine config such as `max_total_tokens=`)."""
     if isinstance(target, Backend):

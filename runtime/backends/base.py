@@ -50,7 +50,7 @@ class Completion:
     request_id: str = ""
     #: the server's own report as it came (meta_info or usage), for display; the fields below are
     #: what the agent reads from it
-    meta: dict[str, Any] = field(default_factory=dict)
+    meta: dict[str, object] = field(default_factory=dict)
     #: prompt tokens past `cached_tokens` the server's cache held and evicted (ours reports it;
     #: None where the server does not say, and the ledger infers eviction)
     evicted_tokens: int | None = None
@@ -145,7 +145,7 @@ class Backend:
 
         raise BackendError(f"backend {self.name!r} cannot detokenize")
 
-    def session_event(self, session_id: str, event: SessionEventKind, **info: Any) -> None:  # noqa: B027
+    def session_event(self, session_id: str, event: SessionEventKind, **info: object) -> None:  # noqa: B027
         """Tell the cache about an agent session (see docs/sessions.md).
 
         Backends whose server has no session-aware cache ignore events.
@@ -178,7 +178,7 @@ class WrappedBackend(Backend):
     def decode(self, ids: list[int]) -> str:
         return self.inner.decode(ids)
 
-    def session_event(self, session_id: str, event: SessionEventKind, **info: Any) -> None:
+    def session_event(self, session_id: str, event: SessionEventKind, **info: object) -> None:
         self.inner.session_event(session_id, event, **info)
 
     def flush_cache(self) -> bool:

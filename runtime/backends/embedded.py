@@ -79,7 +79,7 @@ class EmbeddedBackend(Backend):
     def decode(self, ids: list[int]) -> str:
         return self.engine.decode(ids)
 
-    def session_event(self, session_id: str, event: SessionEventKind, **info: Any) -> None:
+    def session_event(self, session_id: str, event: SessionEventKind, **info: object) -> None:
         try:
             self.engine.session_event(session_id, event, **info)
         except InvalidRequest as exc:

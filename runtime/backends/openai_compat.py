@@ -10,14 +10,18 @@ json_schema, regex, ...) and the cache fields (cache_salt, session_id, priority,
 from __future__ import annotations
 
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import openai
+from openai.types import CompletionUsage
 
 from runtime.backends.base import Backend, Completion, finish_of
 from runtime.backends.retry import with_retries
 from runtime.engine.generation import GenerationRequest
 from runtime.errors import BackendError
+
+_T = TypeVar("_T")
 
 _OPENAI_KEYS = {"temperature": "temperature", "top_p": "top_p", "stop": "stop", "seed": "seed"}
 
@@ -87,8 +91,8 @@ class OpenAIBackend(Backend):
             "".join(parts), usage, finish, first if first is not None else latency, latency, request_id
         )
 
-    def _call(self, fn: Any) -> Any:
-        def once() -> Any:
+    def _call(self, fn: Callable[[], _T]) -> _T:
+        def once() -> _T:
             try:
                 return fn()
             except openai.APIStatusError as exc:
@@ -127,7 +131,7 @@ def completion_kwargs(request: GenerationRequest) -> dict[str, Any]:
 
 
 def _completion(
-    text: str, usage: Any, finish: str, ttft: float, latency: float, request_id: str
+    text: str, usage: CompletionUsage | None, finish: str, ttft: float, latency: float, request_id: str
 ) -> Completion:
     prompt_tokens = int(getattr(usage, "prompt_tokens", 0) or 0)
     completion_tokens = int(getattr(usage, "completion_tokens", 0) or 0)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import httpx
@@ -66,12 +67,12 @@ class SGLangBackend(Backend):
             return {self.routing_key_header: session_id}
         return {}
 
-    def _generate_once(self, payload: dict[str, Any], headers: dict[str, str]) -> Completion:
+    def _generate_once(self, payload: dict[str, object], headers: dict[str, str]) -> Completion:
         started = time.perf_counter()
         out = self._json("POST", "/generate", payload, headers)
         return completion_from_output(out, time.perf_counter() - started)
 
-    def _generate_stream(self, payload: dict[str, Any], headers: dict[str, str]) -> Completion:
+    def _generate_stream(self, payload: dict[str, object], headers: dict[str, str]) -> Completion:
         started = time.perf_counter()
         first: float | None = None
         last: dict[str, Any] | None = None
@@ -129,7 +130,7 @@ class SGLangBackend(Backend):
         out = self._json("POST", "/detokenize", {"tokens": list(ids)})
         return str(out["text"])
 
-    def session_event(self, session_id: str, event: SessionEventKind, **info: Any) -> None:
+    def session_event(self, session_id: str, event: SessionEventKind, **info: object) -> None:
         """POST /session_event; a server without it (real SGLang) is remembered and skipped."""
         if not self._has_session_events:
             return
@@ -162,7 +163,7 @@ class SGLangBackend(Backend):
         return self.base_url + path
 
     def _json(
-        self, method: str, path: str, payload: dict[str, Any] | None, headers: dict[str, str] | None = None
+        self, method: str, path: str, payload: dict[str, object] | None, headers: dict[str, str] | None = None
     ) -> Any:
         def once() -> Any:
             try:
@@ -176,12 +177,12 @@ class SGLangBackend(Backend):
         return with_retries(once, self.max_attempts, self.retry_backoff_s)
 
 
-def build_payload(request: GenerationRequest) -> dict[str, Any]:
+def build_payload(request: GenerationRequest) -> dict[str, object]:
     """SGLang's /generate body. `seed` travels as SGLang's `sampling_seed`; unset fields are left out."""
     params = {k: v for k, v in request.sampling_params.items() if v is not None}
     if "seed" in params:
         params["sampling_seed"] = params.pop("seed")
-    payload: dict[str, Any] = {"sampling_params": params}
+    payload: dict[str, object] = {"sampling_params": params}
     if request.prompt is not None:
         payload["text"] = request.prompt
     else:
@@ -199,7 +200,7 @@ def build_payload(request: GenerationRequest) -> dict[str, Any]:
     return payload
 
 
-def _sse_events(lines: Any) -> Any:
+def _sse_events(lines: Iterable[str]) -> Iterator[Any]:
     """Parsed `data: {json}` events up to `data: [DONE]`."""
     for line in lines:
         if not line.startswith("data:"):

@@ -39,6 +39,8 @@ SPARE_MAX = 256
 
 if TYPE_CHECKING:
     from runtime.cache.tier.hooks import TierHooks
+    from runtime.model.hf_model import HFModel
+    from runtime.model.model import LlamaModel
 
 
 class RequestKV(Protocol):
@@ -326,7 +328,7 @@ class RadixCacheManager:
         """The tier's store ("file", "redis"), reported with the tokens it served; None without one."""
         return None if self.tier is None else self.tier.backend
 
-    def weights_changed(self, model: object) -> None:
+    def weights_changed(self, model: LlamaModel | HFModel) -> None:
         """After a weights swap (the tree already emptied): stored pages computed under the old
         weights become unreachable, since the tier's keys follow the weights' fingerprint."""
         if self.tier is not None:

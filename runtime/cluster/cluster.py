@@ -32,9 +32,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 import httpx
 
@@ -250,9 +250,9 @@ class Cluster:
         return self.router
 
     # ---- per-worker statistics ---------------------------------------------------------------
-    def worker_stats(self, timeout_s: float = 10.0) -> list[dict[str, Any]]:
+    def worker_stats(self, timeout_s: float = 10.0) -> list[dict[str, object]]:
         """Each live worker's /get_server_info `cache_stats` (+ `url`); dead workers give `{"url", "error"}`."""
-        out: list[dict[str, Any]] = []
+        out: list[dict[str, object]] = []
         for w in self.workers:
             try:
                 info = httpx.get(w.url + "/get_server_info", timeout=timeout_s).json()
@@ -267,7 +267,14 @@ class Cluster:
                 httpx.post(w.url + "/flush_cache", timeout=30)
 
     # ---- commands ------------------------------------------------------------------------------
-    def _spawn(self, name: str, cmd_for: Any, log_dir: Path, port: int = 0, append: bool = False) -> Proc:
+    def _spawn(
+        self,
+        name: str,
+        cmd_for: Callable[[int], list[str]],
+        log_dir: Path,
+        port: int = 0,
+        append: bool = False,
+    ) -> Proc:
         port = port or free_port(self.config.host)
         log = log_dir / f"{name}.log"
         with open(log, "ab" if append else "wb") as fh:
@@ -415,7 +422,7 @@ def _signal_group(popen: subprocess.Popen[bytes], sig: signal.Signals) -> None:
         os.killpg(popen.pid, sig)
 
 
-def _wait_http(proc: Proc, path: str, deadline: float, ready: Any) -> None:
+def _wait_http(proc: Proc, path: str, deadline: float, ready: Callable[[httpx.Response], bool]) -> None:
     """Poll `proc.url + path` until `ready(response)`; ClusterError when the process dies or time runs out.
     The wait between polls starts at 50 ms and doubles up to 0.5 s: a model-free stub is up in
     ~0.1 s, a model worker in tens of seconds."""

@@ -27,6 +27,8 @@ from runtime.model.hf_model import HFModel
 from runtime.model.model import LlamaModel, ModelConfig, UnsupportedModel
 
 if TYPE_CHECKING:  # the tier's modules (and the redis client) load only when it is enabled
+    from transformers import PreTrainedTokenizerBase
+
     from runtime.cache.kv_events.publisher import ZmqEventPublisher  # zmq, msgspec: when configured
     from runtime.cache.tier.hooks import TierHooks
 
@@ -134,7 +136,7 @@ class CacheParts:
 def build_cache(
     config: EngineConfig,
     model: LlamaModel | HFModel,
-    tokenizer: Any,
+    tokenizer: PreTrainedTokenizerBase,
     eos: set[int],
     name: str,
     context_length: int,

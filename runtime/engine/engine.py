@@ -29,12 +29,15 @@ from runtime.errors import Busy, EngineClosed, InvalidRequest, Overloaded, Promp
 from runtime.model import files as model_files
 
 if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
     from runtime.cache.kv_events.publisher import ZmqEventPublisher
     from runtime.cache.kv_pool import KVPool
     from runtime.cache.manager import RadixCacheManager
     from runtime.cache.radix import RadixCache
     from runtime.cache.sessions import SessionRegistry
     from runtime.cache.tier.hooks import TierHooks  # the tier loads only when it is enabled
+    from runtime.engine.grammar import GrammarMatcher
     from runtime.engine.scheduler import Scheduler
     from runtime.model.hf_model import HFModel
     from runtime.model.model import LlamaModel
@@ -58,7 +61,7 @@ class Weights:
     """A model in memory with what the engine needs beside it."""
 
     model: LlamaModel | HFModel
-    tokenizer: Any
+    tokenizer: PreTrainedTokenizerBase
     path: str
     name: str
     eos_ids: set[int]
@@ -96,7 +99,7 @@ class Engine:
     def from_model(
         cls,
         model: LlamaModel | HFModel,
-        tokenizer: Any,
+        tokenizer: PreTrainedTokenizerBase,
         name: str,
         eos_ids: set[int] | None = None,
         **config: Any,
@@ -141,13 +144,13 @@ class Engine:
         self,
         prompt: str | list[str] | None = None,
         input_ids: list[int] | list[list[int]] | None = None,
-        sampling_params: Mapping[str, Any] | list[Mapping[str, Any]] | None = None,
+        sampling_params: Mapping[str, object] | list[Mapping[str, object]] | None = None,
         cache_salt: Salt | list[Salt] = None,
         prefix_cache: bool = True,
         session_id: str | None = None,
         priority: int | None = None,
         rid: str | list[str] | None = None,
-        **logprobs: Any,
+        **logprobs: object,
     ) -> dict | list[dict]:
         """SGLang-shaped result; a list of prompts (or of id lists) gives a list of results.
 
@@ -183,7 +186,7 @@ class Engine:
         session_id: str | None = None,
         priority: int | None = None,
         rid: str | None = None,
-        **logprobs: Any,
+        **logprobs: object,
     ) -> Iterator[dict]:
         """Yields cumulative results per token; closing the iterator early aborts the request."""
         if is_batch(prompt, input_ids):
@@ -270,7 +273,7 @@ class Engine:
             tokenizer=self.tokenizer,  # decodes the logprobs' token texts
         )
 
-    def _grammar(self, sp: SamplingParams) -> Any | None:
+    def _grammar(self, sp: SamplingParams) -> GrammarMatcher | None:
         if not (sp.json_schema or sp.regex or sp.ebnf or sp.lark):
             return None
         from runtime.engine.grammar import GrammarMatcher
@@ -353,15 +356,19 @@ class Engine:
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
     def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
-        return self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
+        text = self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
+        assert isinstance(text, str)  # one id list: one string
+        return text
 
     def apply_chat_template(
         self, messages: list[dict], add_generation_prompt: bool = True, **template_kwargs: Any
     ) -> str:
         """`template_kwargs` become template variables (SGLang's `chat_template_kwargs`)."""
-        return self.tokenizer.apply_chat_template(
+        text = self.tokenizer.apply_chat_template(
             messages, tokenize=False, add_generation_prompt=add_generation_prompt, **template_kwargs
         )
+        assert isinstance(text, str)  # tokenize=False: the rendered prompt
+        return text
 
     def info(self) -> EngineInfo:
         """What this engine is: model, path, context length, weight bytes, config."""
@@ -379,7 +386,7 @@ class Engine:
         )
 
     @property
-    def model_info(self) -> dict[str, Any]:
+    def model_info(self) -> dict[str, object]:
         """SGLang's `/get_model_info` body (`info().model_info()`)."""
         return self.info().model_info()
 
@@ -400,6 +407,7 @@ class Engine:
             if self.scheduler.running or self.scheduler.queued:
                 return False
             self.manager.reset()
+            self.scheduler.prefills.clear()  # the logits beside KV that is gone
             return True
 
     def session_event(self, session_id: str, event: str, **info: Any) -> None:

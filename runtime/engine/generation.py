@@ -24,15 +24,15 @@ class LogprobArgs:
     """SGLang's logprob arguments for one prompt (see runtime/engine/logprobs.py)."""
 
     return_logprob: bool = False
-    logprob_start_len: Any = None
-    top_logprobs_num: Any = None
+    logprob_start_len: int | None = None  # checked by LogprobSpec.resolve
+    top_logprobs_num: int | None = None
     return_text_in_logprobs: bool = False
 
-    def as_kwargs(self) -> dict[str, Any]:
+    def as_kwargs(self) -> dict[str, object]:
         """Only what was set (the wire form of the HTTP backends)."""
         if not self.return_logprob:
             return {}
-        out: dict[str, Any] = {"return_logprob": True}
+        out: dict[str, object] = {"return_logprob": True}
         for key in ("logprob_start_len", "top_logprobs_num"):
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)
@@ -47,7 +47,7 @@ class GenerationRequest:
 
     prompt: str | None = None
     input_ids: tuple[int, ...] | None = None
-    sampling_params: Mapping[str, Any] = field(default_factory=dict)  # SGLang's JSON shape
+    sampling_params: Mapping[str, object] = field(default_factory=dict)  # SGLang's JSON shape
     cache_salt: Salt = None
     prefix_cache: bool = True  # False: this request neither reads nor writes the prefix cache
     session_id: str | None = None
@@ -81,7 +81,7 @@ class GenerationRequest:
         cls,
         prompt: str | None = None,
         input_ids: Sequence[int] | None = None,
-        sampling_params: Mapping[str, Any] | None = None,
+        sampling_params: Mapping[str, object] | None = None,
         **fields: Any,
     ) -> GenerationRequest:
         """From `generate`'s keyword arguments for one prompt (logprob ones included)."""
@@ -99,7 +99,7 @@ class GenerationRequest:
         cls,
         prompt: str | list[str] | None = None,
         input_ids: Sequence[int] | Sequence[Sequence[int]] | None = None,
-        sampling_params: Mapping[str, Any] | list[Mapping[str, Any]] | None = None,
+        sampling_params: Mapping[str, object] | list[Mapping[str, object]] | None = None,
         cache_salt: Salt | list[Salt] = None,
         rid: str | list[str] | None = None,
         **shared: Any,
@@ -129,7 +129,7 @@ class GenerationRequest:
         ]
 
 
-def is_batch(prompt: Any, input_ids: Any) -> bool:
+def is_batch(prompt: object, input_ids: object) -> bool:
     """A list of prompts (or of id lists) is a batch: results come back as a list."""
     return isinstance(prompt, list) or (
         isinstance(input_ids, (list, tuple)) and bool(input_ids) and isinstance(input_ids[0], (list, tuple))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import llguidance
 import llguidance.hf
@@ -22,6 +22,10 @@ from runtime.errors import GrammarError
 
 if TYPE_CHECKING:  # a stub-only TypedDict
     from llguidance._lib import JsonCompileOptions
+    from transformers import PreTrainedTokenizerBase
+
+    #: an HF tokenizer, or llguidance's view of one built already
+    Tokenizer = PreTrainedTokenizerBase | llguidance.LLTokenizer
 
 # Compact JSON: the model cannot pad with whitespace, which small models otherwise do forever.
 _JSON_OPTIONS: JsonCompileOptions = {"whitespace_flexible": False}
@@ -32,9 +36,11 @@ class _TokenizerCache:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._by_ref: weakref.WeakKeyDictionary[Any, llguidance.LLTokenizer] = weakref.WeakKeyDictionary()
+        self._by_ref: weakref.WeakKeyDictionary[PreTrainedTokenizerBase, llguidance.LLTokenizer] = (
+            weakref.WeakKeyDictionary()
+        )
 
-    def get(self, tokenizer: Any) -> llguidance.LLTokenizer:
+    def get(self, tokenizer: Tokenizer) -> llguidance.LLTokenizer:
         if isinstance(tokenizer, llguidance.LLTokenizer):
             return tokenizer
         with self._lock:
@@ -48,7 +54,7 @@ class _TokenizerCache:
             return cached
 
 
-def _ll_tokenizer(tokenizer: Any) -> llguidance.LLTokenizer:
+def _ll_tokenizer(tokenizer: PreTrainedTokenizerBase) -> llguidance.LLTokenizer:
     """llguidance's view of an HF tokenizer, with added tokens that are not special (Qwen3's
     `<think>`, `</think>`, `<tool_call>`) as the text they stand for.
 
@@ -60,7 +66,8 @@ def _ll_tokenizer(tokenizer: Any) -> llguidance.LLTokenizer:
     from copy import copy
 
     if not hasattr(tokenizer, "backend_tokenizer"):
-        return llguidance.hf.from_tokenizer(tokenizer)
+        # a slow tokenizer: llguidance raises ValueError for what it cannot read (GrammarError above)
+        return llguidance.hf.from_tokenizer(tokenizer)  # type: ignore[arg-type]
     backend = copy(tokenizer.backend_tokenizer)
     backend.no_padding()
     backend.no_truncation()
@@ -78,7 +85,7 @@ def _ll_tokenizer(tokenizer: Any) -> llguidance.LLTokenizer:
     return llguidance.LLTokenizer(json.dumps(spec), eos_token=tokenizer.eos_token_id)
 
 
-def special_literals(lark: str, tokenizer: Any) -> str:
+def special_literals(lark: str, tokenizer: Tokenizer) -> str:
     """`lark` with each string literal that is exactly one special token's text (Llama 3's
     `"<|python_tag|>"`) written as that token (`<[id]>`): llguidance matches special tokens only
     so, and its forced-text tokenization would otherwise pick the token and then refuse it."""
@@ -92,7 +99,7 @@ def special_literals(lark: str, tokenizer: Any) -> str:
     return lark
 
 
-def _byte_level(spec: dict[str, Any]) -> bool:
+def _byte_level(spec: dict[str, object]) -> bool:
     pre = spec.get("pre_tokenizer") or {}
     parts = pre.get("pretokenizers", [pre]) if isinstance(pre, dict) else []
     return any(isinstance(p, dict) and p.get("type") == "ByteLevel" for p in parts)
@@ -126,7 +133,7 @@ class GrammarMatcher:
     @classmethod
     def compile(
         cls,
-        tokenizer: Any,
+        tokenizer: Tokenizer,
         json_schema: str | None = None,
         regex: str | None = None,
         ebnf: str | None = None,

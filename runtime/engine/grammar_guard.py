@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from runtime.errors import GrammarError
@@ -53,12 +53,12 @@ def check_json_schema(text: str, field: str = "json_schema") -> Any:
     return schema
 
 
-def check_schema_value(schema: Any, field: str) -> None:
+def check_schema_value(schema: object, field: str) -> None:
     """Shape and bounds of an already parsed schema (response_format's schema arrives parsed)."""
     if not isinstance(schema, (dict, bool)):
         raise GrammarError(f"{field}: a JSON schema must be an object or a boolean, got {_kind(schema)}")
     refs: set[str] = set()
-    stack: list[tuple[Any, int]] = [(schema, 1)]
+    stack: list[tuple[object, int]] = [(schema, 1)]
     while stack:
         node, depth = stack.pop()
         if depth > MAX_SCHEMA_DEPTH:
@@ -78,7 +78,7 @@ def check_schema_value(schema: Any, field: str) -> None:
 
 
 def check_tool_schemas(
-    schemas: list[Any], field: str = "tools", item: str = "tools.{}.function.parameters"
+    schemas: Sequence[object], field: str = "tools", item: str = "tools.{}.function.parameters"
 ) -> list[str]:
     """Every tool schema of one request, bounded alone and together (count, characters, depth,
     `$ref` targets, patterns), before anything compiles them: the texts as they will be compiled,
@@ -209,7 +209,7 @@ def _repeat_count(body: str) -> int | None:
     return max(int(lo), high, 1)
 
 
-def _kind(value: Any) -> str:
+def _kind(value: object) -> str:
     return {str: "a string", int: "a number", float: "a number", list: "an array"}.get(type(value), "null")
 
 

@@ -33,13 +33,15 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 
 from runtime.errors import InvalidRequest
 
 if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
     from runtime.cache.radix import TreeNode
     from runtime.engine.generation import LogprobArgs
 
@@ -144,12 +146,14 @@ class LogprobState:
         if self.spec.top_n:
             self.output_top.append(_top(logprobs[None], self.spec.top_n)[0])
 
-    def meta_info(self, input_ids: list[int], output_ids: list[int], tokenizer: Any) -> dict[str, Any]:
+    def meta_info(
+        self, input_ids: list[int], output_ids: list[int], tokenizer: PreTrainedTokenizerBase | None
+    ) -> dict[str, object]:
         """SGLang's meta_info fields: lists of (logprob, token_id, text-or-None) per position."""
         decode = _decoder(tokenizer, self.spec.with_text)
         reported = input_ids[self.spec.start :][: len(self.input_vals)]
         out_ids = output_ids[: len(self.output_vals)]
-        out: dict[str, Any] = {
+        out: dict[str, object] = {
             "input_token_logprobs": [
                 (v, t, decode(t)) for v, t in zip(self.input_vals, reported, strict=True)
             ],
@@ -220,10 +224,10 @@ def _top(rows: torch.Tensor, k: int) -> list[Top]:
     return [list(zip(v, i, strict=True)) for v, i in zip(values.tolist(), ids.tolist(), strict=True)]
 
 
-def _decoder(tokenizer: Any, with_text: bool) -> Callable[[int], str | None]:
-    if not with_text:
+def _decoder(tokenizer: PreTrainedTokenizerBase | None, with_text: bool) -> Callable[[int], str | None]:
+    if not with_text or tokenizer is None:
         return lambda _token_id: None
-    return lambda token_id: tokenizer.decode([token_id])
+    return lambda token_id: str(tokenizer.decode([token_id]))  # one id list: one string
 
 
 def _triples(top: Top | None, decode: Callable[[int], str | None]) -> list[tuple] | None:

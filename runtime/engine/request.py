@@ -6,12 +6,17 @@ import queue
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from runtime.cache.manager import Lease
 from runtime.cache.seq_kv import SeqKV
 from runtime.engine.logprobs import LogprobState
 from runtime.engine.sampling import Sampler, SamplingParams
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+    from runtime.engine.grammar import GrammarMatcher
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,7 +31,7 @@ class FinishReason:
     #: abort: a client's abort, or the error that ended the request
     message: str = "Aborted"
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         if self.type == "abort":  # SGLang's FINISH_ABORT: a client abort, disconnect, closed stream, error
             return {"type": "abort", "message": self.message, "status_code": None, "err_type": None}
         if self.type == "length":
@@ -46,9 +51,9 @@ class Request:
     session_id: str | None
     priority: int
     sampler: Sampler
-    grammar: Any | None = None  # runtime.engine.grammar.GrammarMatcher
+    grammar: GrammarMatcher | None = None
     logprob: LogprobState | None = None  # set when the request asks for logprobs
-    tokenizer: Any | None = None  # decodes logprob token texts (return_text_in_logprobs)
+    tokenizer: PreTrainedTokenizerBase | None = None  # decodes logprob token texts (return_text_in_logprobs)
     arrival: float = field(default_factory=time.perf_counter)
     # scheduling state
     cached_len: int = 0  # prompt tokens served from the cache (reported)

@@ -79,7 +79,7 @@ def kv_memory(manager: RadixCacheManager) -> dict[str, int]:
 
 
 def engine_snapshot(
-    scheduler: Scheduler, manager: RadixCacheManager, stats: dict[str, Any], integrity_error: str | None
+    scheduler: Scheduler, manager: RadixCacheManager, stats: dict[str, object], integrity_error: str | None
 ) -> EngineSnapshot:
     """`Engine.snapshot()`: queue, cache and lock figures with `stats`, all under one hold of the
     scheduler's lock (the caller's)."""
@@ -115,7 +115,7 @@ class EngineInfo:
     #: SGLang's `kv_events` block of /get_server_info (None: not publishing where routers can subscribe)
     kv_events: dict[str, object] | None = None
 
-    def model_info(self) -> dict[str, Any]:
+    def model_info(self) -> dict[str, object]:
         """SGLang's /get_model_info, plus what this engine adds."""
         return {
             "model_path": self.model_path,
@@ -135,7 +135,7 @@ class EngineInfo:
         return {f.name: _jsonable(getattr(self.config, f.name)) for f in fields(self.config) if f.repr}
 
 
-def _jsonable(value: Any) -> Any:
+def _jsonable(value: object) -> object:
     return value if isinstance(value, (str, int, float, bool, type(None), list, dict)) else str(value)
 
 

@@ -4,7 +4,7 @@ not pass through here (the cache manager calls the tier's hooks itself)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the tier's modules (and the redis client) load only when it is enabled
     from runtime.cache.tier.hooks import TierHooks
@@ -24,7 +24,7 @@ FLAT_STATS = (
 )
 
 
-def on_session_event(tier: TierHooks, key: str, event: str, expected_s: Any) -> bool:
+def on_session_event(tier: TierHooks, key: str, event: str, expected_s: float | None) -> bool:
     """Prefetch: a tool wait with an expected duration loads the session's context back just
     before it returns; `resume` (the tool returned) loads it now; close / abandon cancel.
     `key` is the salt-scoped session key. True when a prefetch was scheduled: the scheduler's
@@ -40,7 +40,7 @@ def on_session_event(tier: TierHooks, key: str, event: str, expected_s: Any) -> 
     return False
 
 
-def tier_stats(tier: TierHooks | None) -> dict[str, Any]:
+def tier_stats(tier: TierHooks | None) -> dict[str, object]:
     """`tier_<counter>` for the headline counters plus the whole `tier` dict; {} with no tier."""
     if tier is None:
         return {}

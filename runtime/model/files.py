@@ -5,12 +5,15 @@ from __future__ import annotations
 import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from runtime.config import offline_hub
 from runtime.model import gguf_fixes
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig, PreTrainedModel, PreTrainedTokenizerBase
 
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -19,10 +22,10 @@ DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 class LoadedModel:
     name: str
     path: str
-    hf_config: Any
+    hf_config: PretrainedConfig
     state_dict: dict[str, torch.Tensor]
-    tokenizer: Any
-    hf_model: Any  # kept only for architectures the compact forward does not cover
+    tokenizer: PreTrainedTokenizerBase
+    hf_model: PreTrainedModel  # kept only for architectures the compact forward does not cover
 
 
 def default_model_path() -> str:

@@ -12,20 +12,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
+
+if TYPE_CHECKING:
+    from gguf import GGUFReader
+    from transformers import PretrainedConfig
 
 ROPE_FREQS_TENSOR = "rope_freqs.weight"
 
 
 @dataclass(frozen=True, slots=True)
 class GGUFFixes:
-    config: dict[str, Any] = field(default_factory=dict)  # config attributes to set
+    config: dict[str, int] = field(default_factory=dict)  # config attributes to set
     tensors: dict[str, torch.Tensor] = field(default_factory=dict)  # extra state-dict entries
 
-    def apply(self, config: Any) -> Any:
+    def apply(self, config: PretrainedConfig) -> PretrainedConfig:
         for key, value in self.config.items():
             setattr(config, key, value)
         return config
@@ -37,9 +41,9 @@ def read(path: Path) -> GGUFFixes:
 
     reader = GGUFReader(path)
     arch = _field(reader, "general.architecture")
-    config: dict[str, Any] = {}
+    config: dict[str, int] = {}
     key_length = _field(reader, f"{arch}.attention.key_length")
-    if key_length is not None:
+    if isinstance(key_length, (int, np.integer)):
         config["head_dim"] = int(key_length)
     tensors: dict[str, torch.Tensor] = {}
     for t in reader.tensors:
@@ -48,6 +52,6 @@ def read(path: Path) -> GGUFFixes:
     return GGUFFixes(config, tensors)
 
 
-def _field(reader: Any, name: str) -> Any:
+def _field(reader: GGUFReader, name: str) -> object:
     f = reader.fields.get(name)
     return None if f is None else f.contents()

@@ -8,11 +8,14 @@ cache layers are plain [batch, kv_heads, seq, head_dim] tensors.
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
 from runtime.model.model import ModelConfig, Segment
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 
 def generic_config(c: Any) -> ModelConfig:
@@ -36,8 +39,11 @@ def generic_config(c: Any) -> ModelConfig:
 
 
 class HFModel:
-    def __init__(self, hf_model: Any, dtype: torch.dtype, device: str) -> None:
-        self.hf = hf_model.to(device=device, dtype=dtype).eval()
+    def __init__(self, hf_model: PreTrainedModel, dtype: torch.dtype, device: str) -> None:
+        module: torch.nn.Module = (
+            hf_model  # typed as a module: transformers' wrapper of `to` hides its signature
+        )
+        self.hf = module.to(device=device, dtype=dtype).eval()
         self.cfg = generic_config(hf_model.config)
         self.dtype, self.device = dtype, device
         self.kv_dtype = dtype

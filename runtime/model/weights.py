@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -22,6 +22,12 @@ from runtime.errors import InvalidRequest
 from runtime.model import files as model_files
 from runtime.model import gguf_fixes
 from runtime.model.model import LlamaModel, ModelConfig
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
+
+    from runtime.config import EngineConfig
+    from runtime.model.hf_model import HFModel
 
 #: SGLang's `load_format` values this loader serves (None and "auto" pick by the path)
 LOAD_FORMATS = (None, "auto", "gguf", "safetensors")
@@ -41,7 +47,7 @@ NOT_LOADABLE = "model_path: no model of the served architecture can be read ther
 _MAX_HEADER_BYTES = 64 * 2**20
 
 
-def preflight(model_path: str, current: Any) -> None:
+def preflight(model_path: str, current: LlamaModel | HFModel) -> None:
     """Header-only checks that `model_path` holds weights of `current`'s architecture; one
     `InvalidRequest(NOT_LOADABLE)` for every failure (missing, unreadable, not a model, other
     shapes), the reason logged."""
@@ -54,7 +60,7 @@ def preflight(model_path: str, current: Any) -> None:
         raise InvalidRequest(NOT_LOADABLE)
 
 
-def _preflight_problem(path: Path, current: Any) -> str | None:
+def _preflight_problem(path: Path, current: LlamaModel | HFModel) -> str | None:
     if not isinstance(current, LlamaModel):
         return "weight updates need the compact forward (this engine runs the HF fallback)"
     if path.suffix == ".gguf":
@@ -73,7 +79,7 @@ def _preflight_problem(path: Path, current: Any) -> str | None:
     return None
 
 
-def _header_config(path: Path) -> Any:
+def _header_config(path: Path) -> PretrainedConfig:
     """The HF config from headers only (a GGUF's metadata is memory-mapped, not loaded)."""
     offline_hub()
     from transformers import AutoConfig
@@ -99,7 +105,7 @@ def _safetensors_problem(folder: Path) -> str | None:
     return None
 
 
-def load_compatible(model_path: str, current: Any, config: Any) -> LlamaModel:
+def load_compatible(model_path: str, current: LlamaModel | HFModel, config: EngineConfig) -> LlamaModel:
     """The weights at `model_path`, built like `current` (dtype, device, quantization).
 
     Raises `InvalidRequest` when the path is missing or the architecture differs: the KV pool,
@@ -115,6 +121,7 @@ def load_compatible(model_path: str, current: Any, config: Any) -> LlamaModel:
     if _shape(cfg) != _shape(current.cfg):  # the headers agreed, the weights do not
         log.warning("update_weights_from_disk %r: architecture %s", model_path, _shape(cfg))
         raise InvalidRequest(NOT_LOADABLE)
+    assert config.dtype is not None  # EngineConfig resolves it
     return LlamaModel(cfg, loaded.state_dict, DTYPES[config.dtype], config.device, config.torchao_config)
 
 

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import hmac
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from fastapi import FastAPI
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from runtime.server.args import ServerArgs
 from runtime.server.control import control_router
@@ -79,7 +79,8 @@ class BodyLimitMiddleware:
             await _refuse(scope, receive, send, 413, self._over)
             return
         # read (at most max_bytes + 1) whatever was declared, then replay it to the app
-        messages, total = [], 0
+        messages: list[Message] = []
+        total = 0
         while True:
             message = await receive()
             messages.append(message)
@@ -90,7 +91,7 @@ class BodyLimitMiddleware:
             if message["type"] != "http.request" or not message.get("more_body"):
                 break
 
-        async def replay() -> Any:
+        async def replay() -> Message:
             return messages.pop(0) if messages else await receive()
 
         await self.app(scope, replay, send)

@@ -91,7 +91,7 @@ class ServerArgs:
         if self.limit_concurrency < 1 or self.h11_max_incomplete_event_size < 1024:
             raise ValueError("limit_concurrency must be >= 1 and h11_max_incomplete_event_size >= 1024")
 
-    def public_dict(self) -> dict[str, Any]:
+    def public_dict(self) -> dict[str, object]:
         """For /get_server_info: everything but the key."""
         return {
             "host": self.host,

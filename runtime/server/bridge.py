@@ -128,7 +128,7 @@ async def close_stream(chunks: AsyncIterator[Chunk]) -> None:
         await chunks.aclose()  # type: ignore[attr-defined]
 
 
-def sse(obj: Any) -> bytes:
+def sse(obj: object) -> bytes:
     """One server-sent event in SGLang's and OpenAI's format."""
     return b"data: " + json.dumps(obj, ensure_ascii=False).encode() + b"\n\n"
 

@@ -8,7 +8,6 @@ import socket
 import sys
 import time
 from types import FrameType
-from typing import Any
 
 from runtime.server.args import build_parser, engine_config, server_args
 
@@ -85,7 +84,7 @@ def _listen(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _describe(config: dict[str, Any]) -> str:
+def _describe(config: dict[str, object]) -> str:
     """The engine settings a user picks most, for the start-up line."""
     keys = ("dtype", "torchao_config", "kv_cache_dtype", "max_total_tokens", "device")
     shown = [f"{k}={config[k]}" for k in keys if config.get(k) not in (None, "", "auto")]

@@ -6,7 +6,7 @@ Not for untrusted clients: the check walks the whole radix tree under the schedu
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from fastapi import APIRouter
 
@@ -20,13 +20,13 @@ def debug_router(state: ServerState) -> APIRouter:
     r = APIRouter()
 
     @r.get("/debug/integrity")
-    async def integrity() -> dict[str, Any]:
+    async def integrity() -> dict[str, object]:
         return await state.bridge.call(integrity_report, state.engine)
 
     return r
 
 
-def integrity_report(engine: Engine) -> dict[str, Any]:
+def integrity_report(engine: Engine) -> dict[str, object]:
     """`check_integrity()` plus lock counts, from one consistent snapshot (the scheduler lock is
     reentrant, so the check runs under the same hold). `ok` is False with `error` set on a violation."""
     snap = engine.snapshot(check=True)

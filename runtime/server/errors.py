@@ -32,7 +32,7 @@ class ApiError(Exception):
         self.type = type_
 
 
-def error_body(message: str, type_: str, status: int) -> dict[str, Any]:
+def error_body(message: str, type_: str, status: int) -> dict[str, object]:
     return {"error": {"message": message, "type": type_, "code": status}}
 
 
@@ -117,7 +117,7 @@ def _finite_message(err: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _is_union_tag(part: Any) -> bool:
+def _is_union_tag(part: object) -> bool:
     """Pydantic names union members in locations (`list[int]`, `str`); they say nothing to a user."""
     text = str(part)
     return "[" in text or text in {"str", "int", "float", "bool", "function-after"} or "function-" in text

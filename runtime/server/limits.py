@@ -9,7 +9,6 @@ schema is rarely 10 deep) and far below what templates and validators can recurs
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
 #: nesting of objects and arrays in a request body
 MAX_JSON_DEPTH = 64
@@ -17,16 +16,16 @@ MAX_JSON_DEPTH = 64
 MAX_SALT_CHARS = 1024
 
 
-def check_nesting(value: Any, limit: int = MAX_JSON_DEPTH) -> None:
+def check_nesting(value: object, limit: int = MAX_JSON_DEPTH) -> None:
     """ValueError naming the first field nested deeper than `limit`. Iterative: deep input cannot
     overflow this check itself."""
-    stack: list[tuple[Any, int, tuple[str, ...]]] = [(value, 1, ())]
+    stack: list[tuple[object, int, tuple[str, ...]]] = [(value, 1, ())]
     while stack:
         item, depth, path = stack.pop()
         if depth > limit:
             where = ".".join(path[:4]) + (". ..." if len(path) > 4 else "")
             raise ValueError(f"{where or 'body'}: nested deeper than {limit} levels of objects/arrays")
-        children: Iterable[tuple[Any, Any]]
+        children: Iterable[tuple[object, object]]
         if isinstance(item, dict):
             children = item.items()
         elif isinstance(item, list):

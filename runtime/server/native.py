@@ -89,12 +89,12 @@ def _info_routes(r: APIRouter, state: ServerState) -> None:
 
     @r.get("/get_model_info")
     @r.get("/model_info")
-    async def model_info() -> dict[str, Any]:
+    async def model_info() -> dict[str, object]:
         return _model_info(state)
 
     @r.get("/get_server_info")
     @r.get("/server_info")
-    async def server_info() -> dict[str, Any]:
+    async def server_info() -> dict[str, object]:
         stats = await state.bridge.call(state.engine.get_cache_stats)
         info = state.engine.info()
         # credentials never leave (a tier URL's Redis password read another tenant's KV)
@@ -120,7 +120,7 @@ def _load_routes(r: APIRouter, state: ServerState) -> None:
     """How loaded the worker is: what sglang-router and smg poll."""
 
     @r.get("/get_load")
-    async def get_load() -> list[dict[str, Any]]:
+    async def get_load() -> list[dict[str, object]]:
         """SGLang's per-DP-rank load (one rank here); sglang-router reads `num_tokens`."""
         stats = await state.bridge.call(state.engine.get_cache_stats)
         return [_load(stats)]
@@ -185,7 +185,7 @@ def _cache_and_session_routes(r: APIRouter, state: ServerState) -> None:
         return Response(status_code=200)
 
     @r.post("/session_event")
-    async def session_event(req: SessionEventRequest) -> dict[str, Any]:
+    async def session_event(req: SessionEventRequest) -> dict[str, object]:
         await state.bridge.call(state.engine.session_event, req.session_id, req.event, **req.info)
         return {"success": True}
 
@@ -195,12 +195,12 @@ def _tokenizer_routes(r: APIRouter, state: ServerState) -> None:
 
     @r.post("/tokenize")
     @r.post("/v1/tokenize")
-    async def tokenize(req: TokenizeRequest) -> dict[str, Any]:
+    async def tokenize(req: TokenizeRequest) -> dict[str, object]:
         return await state.bridge.call(_tokenize, state, req)
 
     @r.post("/detokenize")
     @r.post("/v1/detokenize")
-    async def detokenize(req: DetokenizeRequest) -> dict[str, Any]:
+    async def detokenize(req: DetokenizeRequest) -> dict[str, object]:
         return await state.bridge.call(_detokenize, state, req)
 
     if state.metrics is not None:
@@ -238,9 +238,11 @@ def _batch_size(req: GenerateRequest) -> int:
     return len(prompts) if req.is_batch else 1  # type: ignore[arg-type]
 
 
-async def _native_events(state: ServerState, chunks: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
+async def _native_events(
+    state: ServerState, chunks: AsyncIterator[dict[str, object]]
+) -> AsyncIterator[bytes]:
     """SGLang's stream: `data: {cumulative text, output_ids, meta_info}` per chunk, then `data: [DONE]`."""
-    last: dict[str, Any] | None = None
+    last: dict[str, object] | None = None
     try:
         async for chunk in chunks:
             last = chunk
@@ -271,7 +273,7 @@ def _model_info(state: ServerState) -> dict[str, Any]:
     }
 
 
-def _architectures(arch: Any) -> list[str] | None:
+def _architectures(arch: object) -> list[str] | None:
     """HF-style class names (SGLang's /model_info field) from a GGUF architecture name like "llama"."""
     return [f"{str(arch).capitalize()}ForCausalLM"] if arch else None
 
@@ -282,7 +284,7 @@ def _trace_stats(state: ServerState) -> dict[str, int] | None:
     return None if trace is None else trace.stats()
 
 
-def _router_fields(state: ServerState, stats: dict[str, Any]) -> dict[str, Any]:
+def _router_fields(state: ServerState, stats: dict[str, object]) -> dict[str, object]:
     """Top-level keys of SGLang's /server_info that sglang-router reads to label a worker."""
     return {
         "model_path": state.model_path,
@@ -294,7 +296,7 @@ def _router_fields(state: ServerState, stats: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _load(stats: dict[str, Any]) -> dict[str, Any]:
+def _load(stats: dict[str, Any]) -> dict[str, object]:
     """SGLang's /get_load entry: requests running + queued, queued, KV tokens in use."""
     waiting = int(stats.get("queue_depth", 0))
     return {
@@ -305,7 +307,7 @@ def _load(stats: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _tokenize(state: ServerState, req: TokenizeRequest) -> dict[str, Any]:
+def _tokenize(state: ServerState, req: TokenizeRequest) -> dict[str, object]:
     tokenizer = state.engine.tokenizer
 
     def encode(text: str) -> list[int]:
@@ -321,7 +323,7 @@ def _tokenize(state: ServerState, req: TokenizeRequest) -> dict[str, Any]:
     return {"tokens": batch, "count": [len(t) for t in batch], "max_model_len": context}
 
 
-def _detokenize(state: ServerState, req: DetokenizeRequest) -> dict[str, Any]:
+def _detokenize(state: ServerState, req: DetokenizeRequest) -> dict[str, object]:
     tokenizer = state.engine.tokenizer
     vocab = int(_model_info(state).get("vocab_size") or 0)
     is_batch = bool(req.tokens) and isinstance(req.tokens[0], list)

@@ -119,17 +119,17 @@ def _chat_route(r: APIRouter, state: ServerState, tools: ToolCalling, reasoning:
 
 def _model_routes(r: APIRouter, state: ServerState) -> None:
     @r.get("/v1/models")
-    async def models() -> dict[str, Any]:
+    async def models() -> dict[str, object]:
         return {"object": "list", "data": [_model_card(state)]}
 
     @r.get("/v1/models/{model:path}")
-    async def model(model: str) -> dict[str, Any]:
+    async def model(model: str) -> dict[str, object]:
         if model not in (state.model_name, state.model_path, "default"):  # chat takes "default" too
             raise ApiError(404, f"model {model!r} not found", "not_found_error")
         return _model_card(state)
 
 
-def _model_card(state: ServerState) -> dict[str, Any]:
+def _model_card(state: ServerState) -> dict[str, object]:
     return {
         "id": state.model_name,
         "object": "model",
@@ -140,7 +140,12 @@ def _model_card(state: ServerState) -> dict[str, Any]:
     }
 
 
-def _split_prompt(prompt: Any) -> tuple[str | list[str] | None, list[int] | list[list[int]] | None]:
+CompletionPrompt = str | list[str] | list[int] | list[list[int]]
+
+
+def _split_prompt(
+    prompt: CompletionPrompt,
+) -> tuple[str | list[str] | None, list[int] | list[list[int]] | None]:
     if isinstance(prompt, str):
         return prompt, None
     if not prompt:
@@ -150,7 +155,7 @@ def _split_prompt(prompt: Any) -> tuple[str | list[str] | None, list[int] | list
     return None, prompt
 
 
-def _check_single(req: _OpenAIBase, prompt: Any) -> None:
+def _check_single(req: _OpenAIBase, prompt: object) -> None:
     is_batch = isinstance(prompt, list) and bool(prompt) and isinstance(prompt[0], (str, list))
     if is_batch:
         raise ApiError(400, "stream: streaming supports one prompt (n choices of it)")
@@ -181,7 +186,7 @@ TEMPLATE_CALL_ARGS = frozenset(
 )
 
 
-def _template_kwargs(extra: dict[str, Any] | None) -> dict[str, Any]:
+def _template_kwargs(extra: dict[str, object] | None) -> dict[str, object]:
     """`chat_template_kwargs` go to the template as variables (e.g. `enable_thinking`); names of
     apply_chat_template's own arguments would change what it returns, so they are refused."""
     clash = sorted(set(extra or {}) & TEMPLATE_CALL_ARGS)
@@ -239,10 +244,10 @@ def _choices(requests: list[GenerationRequest], count: int) -> list[GenerationRe
 
 async def _open_streams(
     state: ServerState, requests: list[GenerationRequest], n: int
-) -> list[AsyncIterator[dict[str, Any]]]:
+) -> list[AsyncIterator[dict[str, object]]]:
     """One engine stream per choice; the first is opened (and its prompt queued) before the others,
     so they find its prefix in the tree instead of computing it again."""
-    streams: list[AsyncIterator[dict[str, Any]]] = []
+    streams: list[AsyncIterator[dict[str, object]]] = []
     try:
         for choice in _choices(requests, n):
             streams.append(await state.bridge.open_stream(choice))
@@ -259,7 +264,7 @@ RANKING = LogprobArgs(return_logprob=True)
 
 async def _generate_n(
     state: ServerState, requests: list[GenerationRequest], req: _OpenAIBase
-) -> list[dict[str, Any]]:
+) -> list[dict[str, object]]:
     """One engine call for the whole batch: each prompt repeated once per candidate (each with its
     own seed), in prompt order; with best_of, the best `n` of each prompt's candidates."""
     count, n = lp.candidates(req), req.n
@@ -271,22 +276,29 @@ async def _generate_n(
     return [o for i in range(len(requests)) for o in lp.best(outs[i * count : (i + 1) * count], n)]
 
 
-def _echo_text(state: ServerState, prompt: Any, input_ids: Any, index: int) -> str:
+def _echo_text(
+    state: ServerState,
+    prompt: str | list[str] | None,
+    input_ids: list[int] | list[list[int]] | None,
+    index: int,
+) -> str:
     if prompt is not None:
         return prompt if isinstance(prompt, str) else prompt[index]
+    assert input_ids is not None  # _split_prompt gives one of the two
     ids = input_ids if isinstance(input_ids[0], int) else input_ids[index]
     return state.engine.decode(ids)
 
 
-def _message_dict(index: int, message: ChatMessage) -> dict[str, Any]:
+def _message_dict(index: int, message: ChatMessage) -> dict[str, object]:
     """A template-ready message; content parts must be text."""
     data = message.model_dump(exclude_none=True)
     if isinstance(message.content, list):
-        texts = []
+        texts: list[str] = []
         for part in message.content:
-            if part.get("type") != "text" or not isinstance(part.get("text"), str):
+            text = part.get("text")
+            if part.get("type") != "text" or not isinstance(text, str):
                 raise ApiError(400, f"messages.{index}.content: only text parts are supported")
-            texts.append(part["text"])
+            texts.append(text)
         data["content"] = "".join(texts)
     elif message.content is None:
         data["content"] = ""
@@ -307,9 +319,9 @@ class _Call:
         #: per choice, the reasoning parser's splitter (chat streams with --reasoning-parser)
         self.splitters: list[ReasoningStream | None] = []
         #: called with each choice's last chunk once a stream has ended whole
-        self.on_done: Callable[[list[dict[str, Any]]], None] | None = None
+        self.on_done: Callable[[list[dict[str, object]]], None] | None = None
 
-    def _envelope(self, object_: str, choices: list[dict[str, Any]]) -> dict[str, Any]:
+    def _envelope(self, object_: str, choices: list[dict[str, object]]) -> dict[str, Any]:
         return {
             "id": self.id,
             "object": object_,
@@ -318,7 +330,7 @@ class _Call:
             "choices": choices,
         }
 
-    def completion_body(self, outs: list[dict[str, Any]], echo: list[str] | None) -> dict[str, Any]:
+    def completion_body(self, outs: list[dict[str, Any]], echo: list[str] | None) -> dict[str, object]:
         choices = []
         for i, out in enumerate(outs):
             meta = out["meta_info"]
@@ -338,7 +350,7 @@ class _Call:
         body["usage"] = usage([o["meta_info"] for o in outs], self.req.n)
         return body
 
-    def chat_body(self, outs: list[dict[str, Any]]) -> dict[str, Any]:
+    def chat_body(self, outs: list[dict[str, Any]]) -> dict[str, object]:
         choices = []
         for i, out in enumerate(outs):
             reason, matched = _finish(out["meta_info"])
@@ -363,11 +375,11 @@ class _Call:
         delta: str,
         reason: str | None,
         role: bool = False,
-        logprobs: Any = None,
+        logprobs: object = None,
         key: str = "content",
     ) -> dict[str, Any]:
         if chat:
-            payload: dict[str, Any] = {"role": "assistant", key: delta} if role else {key: delta}
+            payload: dict[str, object] = {"role": "assistant", key: delta} if role else {key: delta}
             choice = {"index": index, "delta": payload, "logprobs": logprobs, "finish_reason": reason}
             return self._envelope("chat.completion.chunk", [choice])
         choice = {"index": index, "text": delta, "logprobs": logprobs, "finish_reason": reason}
@@ -402,7 +414,7 @@ class _Call:
                 yield event
         yield SSE_DONE
 
-    def _echo_chunk(self, i: int, echo: str, meta: dict[str, Any]) -> dict[str, Any]:
+    def _echo_chunk(self, i: int, echo: str, meta: dict[str, Any]) -> dict[str, object]:
         logprobs = lp.prompt_logprobs(meta) if self.logprobs else None
         return self._with_usage(self._chunk(False, i, echo, None, logprobs=logprobs), meta)
 
@@ -436,12 +448,12 @@ class _Call:
         return events
 
     @staticmethod
-    def _split(splitter: ReasoningStream, text: str, meta: dict[str, Any]) -> list[tuple[str, str]]:
+    def _split(splitter: ReasoningStream, text: str, meta: dict[str, object]) -> list[tuple[str, str]]:
         """A chat choice's new reasoning / content pieces (flushed on its last chunk)."""
         return splitter.finish(text) if meta.get("finish_reason") is not None else splitter.feed(text)
 
     def _new_logprobs(
-        self, meta: dict[str, Any], chat: bool, start: int, offset: int
+        self, meta: dict[str, object], chat: bool, start: int, offset: int
     ) -> dict[str, Any] | None:
         if not self.logprobs:
             return None
@@ -449,7 +461,7 @@ class _Call:
             return lp.chat_logprobs(meta, start)
         return lp.completion_logprobs(meta, False, start, offset)
 
-    def _with_usage(self, body: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
+    def _with_usage(self, body: dict[str, object], meta: dict[str, object]) -> dict[str, object]:
         """`stream_options.continuous_usage_stats`: this choice's usage so far in every chunk."""
         if self.req.continuous_usage:
             body["usage"] = usage([meta])

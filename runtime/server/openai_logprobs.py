@@ -17,7 +17,7 @@ from runtime.server.schemas import ChatCompletionRequest, CompletionRequest, _Op
 SEED_SPACE = 2**64
 
 
-def engine_logprob_kwargs(req: _OpenAIBase) -> dict[str, Any]:
+def engine_logprob_kwargs(req: _OpenAIBase) -> dict[str, object]:
     """SGLang's logprob arguments for this OpenAI request ({} when it wants none)."""
     if isinstance(req, ChatCompletionRequest):
         if req.top_logprobs is not None and not req.logprobs:
@@ -32,7 +32,7 @@ def engine_logprob_kwargs(req: _OpenAIBase) -> dict[str, Any]:
     assert isinstance(req, CompletionRequest)
     if req.logprobs is None:
         return {}
-    kwargs: dict[str, Any] = {
+    kwargs: dict[str, object] = {
         "return_logprob": True,
         "top_logprobs_num": req.logprobs,
         "return_text_in_logprobs": True,
@@ -84,7 +84,7 @@ def _output_entries(meta: dict[str, Any]) -> tuple[list[tuple], list[Any]]:
     return tokens, tops
 
 
-def _entry(triple: tuple, top: list[tuple] | None) -> dict[str, Any]:
+def _entry(triple: tuple, top: list[tuple] | None) -> dict[str, object]:
     logprob, _, text = triple
     return {
         "token": text,

@@ -24,7 +24,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 CONTENT, REASONING = "content", "reasoning"
 
@@ -63,7 +66,7 @@ class ReasoningParser:
     def stream(self, opened: bool = False) -> ReasoningStream:
         return ReasoningStream(self, opened)
 
-    def tag_ids(self, tokenizer: Any) -> tuple[int, int] | None:
+    def tag_ids(self, tokenizer: PreTrainedTokenizerBase) -> tuple[int, int] | None:
         """The start and end tags' token ids where each is one token of `tokenizer` (Qwen3's and
         R1's are), else None (the grammar then matches their text)."""
         try:

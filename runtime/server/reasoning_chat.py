@@ -6,6 +6,7 @@ that rewrites earlier turns (or drops `reasoning_content`) is handled the same w
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +24,7 @@ from runtime.server.reasoning_history import (
 )
 from runtime.server.schemas import ChatCompletionRequest
 from runtime.server.state import ServerState
-from runtime.server.tools.calls import split_output
+from runtime.server.tools.calls import ToolPlan, split_output
 from runtime.server.tools.chat import ToolCalling, exact_ids
 from runtime.server.tools.prompt import Hit
 
@@ -48,7 +49,7 @@ class ReasoningChat:
         self.preserve = getattr(args, "reasoning_history", "preserve") == "preserve"
         self.memo = TurnMemo()
 
-    def effort(self, effort: str | None, template_kwargs: dict[str, Any]) -> dict[str, Any]:
+    def effort(self, effort: str | None, template_kwargs: dict[str, object]) -> dict[str, object]:
         """OpenAI's `reasoning_effort` as this server's reasoning control: none/minimal turn thinking
         off (`enable_thinking: false` where the template takes it; a model that does not think is
         already there), low/medium/high turn it on (there is no token budget per level), which needs
@@ -74,7 +75,7 @@ class ReasoningChat:
         template = getattr(self.state.engine.tokenizer, "chat_template", None)
         return isinstance(template, str) and "enable_thinking" in template
 
-    def check(self, req: ChatCompletionRequest, template_kwargs: dict[str, Any]) -> None:
+    def check(self, req: ChatCompletionRequest, template_kwargs: dict[str, object]) -> None:
         """`enable_thinking: true` needs a template that takes it (false asks for nothing)."""
         if template_kwargs.get("enable_thinking") is True:
             template = getattr(self.state.engine.tokenizer, "chat_template", None)
@@ -85,9 +86,9 @@ class ReasoningChat:
 
     async def prompt(
         self,
-        messages: list[dict[str, Any]],
-        plan: Any,
-        template_kwargs: dict[str, Any],
+        messages: list[dict[str, object]],
+        plan: ToolPlan | None,
+        template_kwargs: dict[str, object],
         salt: str | None = None,
     ) -> Prompt:
         marks: dict[str, Turn] = {}
@@ -107,7 +108,11 @@ class ReasoningChat:
         return Prompt(text, ids, gen_prompt, opened, salt)
 
     async def _render(
-        self, messages: list[dict[str, Any]], plan: Any, kwargs: dict[str, Any], generation: bool
+        self,
+        messages: list[dict[str, object]],
+        plan: ToolPlan | None,
+        kwargs: dict[str, object],
+        generation: bool,
     ) -> tuple[str, list[Hit]]:
         if plan is not None or self.tools.touches_tools(messages):
             return await self.tools.prompt(messages, plan, kwargs, generation)
@@ -187,7 +192,7 @@ def _merge(text: str, spans: list[Span], hits: list[Hit]) -> list[Span]:
     return sorted(out, key=lambda s: s.start)
 
 
-def _splice(text: str, spans: list[Span], tokenize: Any) -> list[int]:
+def _splice(text: str, spans: list[Span], tokenize: Callable[[str], list[int]]) -> list[int]:
     """The prompt's tokens: text between spans tokenized, each span as its generated tokens."""
     ids: list[int] = []
     pos = 0

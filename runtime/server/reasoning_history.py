@@ -29,6 +29,7 @@ from typing import Any
 
 from runtime.server.reasoning import ReasoningParser
 from runtime.server.turn_records import captured
+from runtime.trace.ledger import RewriteNote
 
 HISTORY_MODES = ("preserve", "template")
 
@@ -46,7 +47,7 @@ class Rewrite:
     message: int
     dropped: str
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> RewriteNote:
         return {"message": self.message, "dropped": self.dropped[:200]}
 
 
@@ -82,7 +83,7 @@ def turn_key(message: dict[str, Any], parser: ReasoningParser | None, salt: str 
     return json.dumps([salt, (reasoning or "").strip(), content.strip(), calls], sort_keys=True)
 
 
-def _args(arguments: Any) -> Any:
+def _args(arguments: object) -> object:
     if isinstance(arguments, str):
         try:
             return json.loads(arguments) if arguments.strip() else {}

@@ -8,7 +8,7 @@ Values are checked here; the engine re-checks ranges (`SamplingParams`).
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
@@ -28,7 +28,7 @@ SessionId = Annotated[str, StringConstraints(min_length=1, max_length=256)]
 SALT = Field(default=None, max_length=limits.MAX_SALT_CHARS)
 
 
-def has_lone_surrogate(value: Any) -> bool:
+def has_lone_surrogate(value: object) -> bool:
     """True when a string anywhere in `value` (keys too) holds a lone UTF-16 surrogate: valid JSON
     (`"\\ud800"`) but not Unicode, so no tokenizer or UTF-8 response could carry it. Iterative, so
     deep nesting cannot overflow the stack."""
@@ -56,7 +56,7 @@ class _Request(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _valid_unicode(cls, data: Any) -> Any:
+    def _valid_unicode(cls, data: object) -> object:
         if has_lone_surrogate(data):
             raise ValueError("invalid Unicode: a string holds a lone surrogate (\\ud800-\\udfff)")
         limits.check_nesting(data)  # before templates and validators recurse into it
@@ -107,7 +107,7 @@ class SamplingParamsIn(BaseModel):
                 raise ValueError(f"{name} is not supported by this server")
         return self
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """The set values only, in the shape `SamplingParams.from_dict` takes."""
         params = self.model_dump(exclude_none=True, exclude={"sampling_seed", "n"})
         if self.seed is None and self.sampling_seed is not None:
@@ -139,7 +139,7 @@ class GenerateRequest(_Request):
     sampling_params: SamplingParamsIn | list[SamplingParamsIn] | None = None
     stream: bool = False
     rid: str | list[str] | None = None
-    session_params: dict[str, Any] | None = None
+    session_params: dict[str, object] | None = None
     session_id: SessionId | None = None
     cache_salt: str | None = SALT
     extra_key: str | None = SALT
@@ -152,7 +152,7 @@ class GenerateRequest(_Request):
 
     @model_validator(mode="before")
     @classmethod
-    def _router_defaults(cls, data: Any) -> Any:
+    def _router_defaults(cls, data: object) -> object:
         if not isinstance(data, dict):
             return data
         taken = [k for k, v in ROUTER_DEFAULTS.items() if k in data and data[k] is v]
@@ -161,14 +161,14 @@ class GenerateRequest(_Request):
             taken.append("model")
         return {k: v for k, v in data.items() if k not in taken} if taken else data
 
-    def sampling_dicts(self) -> dict[str, Any] | list[dict[str, Any]]:
+    def sampling_dicts(self) -> dict[str, object] | list[dict[str, object]]:
         if isinstance(self.sampling_params, list):
             if not self.is_batch:
                 raise ValueError("sampling_params: a list needs a batch of prompts (one entry per prompt)")
             return [p.to_dict() for p in self.sampling_params]
         return self.sampling_params.to_dict() if self.sampling_params else {}
 
-    def logprob_kwargs(self) -> dict[str, Any]:
+    def logprob_kwargs(self) -> dict[str, object]:
         """SGLang's logprob arguments of `engine.generate` (only when some prompt asks for logprobs)."""
         if not self.wants_logprobs:
             return {}
@@ -209,7 +209,7 @@ class JsonSchemaFormat(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid", populate_by_name=True, allow_inf_nan=False)
 
     name: str | None = None
-    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
+    schema_: dict[str, object] | None = Field(default=None, alias="schema")
     strict: bool | None = None
 
 
@@ -270,16 +270,16 @@ class _OpenAIBase(_Request):
     no_stop_trim: bool | None = None
     rid: str | None = None
     session_id: SessionId | None = None
-    session_params: dict[str, Any] | None = None
+    session_params: dict[str, object] | None = None
     #: OpenAI's cache key: names the request's session for `--trace-dir` (not an engine session)
     prompt_cache_key: SessionId | None = None
     cache_salt: str | None = SALT
     priority: int | None = None
     prefix_cache: bool = True
 
-    def sampling_dict(self, max_new_tokens: int | None) -> dict[str, Any]:
+    def sampling_dict(self, max_new_tokens: int | None) -> dict[str, object]:
         """SGLang `sampling_params` for this request."""
-        params: dict[str, Any] = {
+        params: dict[str, object] = {
             "max_new_tokens": max_new_tokens,
             "temperature": self.temperature,
             "top_p": self.top_p,
@@ -331,9 +331,9 @@ class ChatMessage(BaseModel):
     model_config = ConfigDict(strict=True, extra="allow", allow_inf_nan=False)
 
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[dict[str, Any]] | None = None
+    content: str | list[dict[str, object]] | None = None
     name: str | None = None
-    tool_calls: list[dict[str, Any]] | None = None
+    tool_calls: list[dict[str, object]] | None = None
     tool_call_id: str | None = None
 
 
@@ -344,10 +344,10 @@ class ChatCompletionRequest(_OpenAIBase):
     # OpenAI refuses 0 on chat (completions keep SGLang's 0: prompt logprobs with echo)
     max_tokens: int | None = Field(default=None, ge=1)
     max_completion_tokens: int | None = Field(default=None, ge=1)
-    tools: list[dict[str, Any]] | None = None
-    tool_choice: str | dict[str, Any] | None = None
+    tools: list[dict[str, object]] | None = None
+    tool_choice: str | dict[str, object] | None = None
     parallel_tool_calls: bool | None = None
-    chat_template_kwargs: dict[str, Any] | None = None
+    chat_template_kwargs: dict[str, object] | None = None
     logprobs: bool | None = None
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
     #: SGLang's: with --reasoning-parser, the thinking block comes back as `reasoning_content`;
@@ -390,7 +390,7 @@ class SessionEventRequest(_Request):
     cache_salt: str | None = SALT
 
     @property
-    def info(self) -> dict[str, Any]:
+    def info(self) -> dict[str, object]:
         return self.model_dump(exclude_none=True, exclude={"session_id", "event"})
 
 

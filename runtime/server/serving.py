@@ -115,7 +115,7 @@ def protocol_class(args: ServerArgs) -> type[GuardedH11Protocol]:
 
 def uvicorn_config(app: Any, args: ServerArgs, **overrides: Any) -> uvicorn.Config:
     """uvicorn's config for `radixagent serve` (and tests that serve the same way)."""
-    settings: dict[str, Any] = {
+    settings: dict[str, object] = {
         "host": args.host,
         "port": args.port,
         "log_level": args.log_level,

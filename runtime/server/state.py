@@ -46,13 +46,13 @@ class ServerState:
         *,
         prompt: str | list[str] | None = None,
         input_ids: list[int] | list[list[int]] | None = None,
-        sampling: Mapping[str, Any] | Sequence[Mapping[str, Any]],
+        sampling: Mapping[str, object] | Sequence[Mapping[str, object]],
         cache_salt: Salt,
         session_id: str | None,
         priority: int | None,
         prefix_cache: bool,
         rid: str | list[str],
-        logprobs: Mapping[str, Any] | None = None,
+        logprobs: Mapping[str, object] | None = None,
     ) -> list[GenerationRequest]:
         """The engine requests of one route call, one per prompt in order, built here once and run
         as built (`EngineBridge.generate` / `open_stream`). `logprobs`: SGLang's logprob arguments
@@ -82,7 +82,7 @@ class ServerState:
         )
 
     def check_session_params(
-        self, session_params: dict[str, Any] | None, cache_salt: Salt = None
+        self, session_params: Mapping[str, object] | None, cache_salt: Salt = None
     ) -> str | None:
         """SGLang's `session_params.id` must name an open session of this salt (unlike a top-level
         `session_id`, which opens its session on first use). Returns the id."""

@@ -194,7 +194,7 @@ class TraceDir:
             self.files.close()
 
 
-def _str(value: Any) -> str | None:
+def _str(value: object) -> str | None:
     return None if value is None else str(value)
 
 

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import TypedDict, cast
 
 log = logging.getLogger(__name__)
 
@@ -39,20 +39,54 @@ MISS_CAUSES = (
 )
 
 
+class ChangedSpan(TypedDict):
+    """The span of a prompt that differs from its reference, and how much matches after it."""
+
+    expected: str
+    got: str
+    resumes: int
+    realigned: int
+
+
+class RewriteNote(TypedDict):
+    """An assistant turn the chat template did not render as generated (what it dropped)."""
+
+    message: int
+    dropped: str
+
+
+class PrefixBreak(TypedDict, total=False):
+    """The trace's `prefix_break` object (DESIGN.md "Trace"). Every key is optional to a
+    reader: traces written by older versions lack some of them."""
+
+    offset: int
+    unit: str  # "tokens" | "chars"
+    expected: str
+    got: str
+    reference: str  # "branch" | "session"
+    changed: ChangedSpan
+    piece: str  # the prompt piece the break falls in (agent SDK)
+    cause: str
+    rewrites: list[RewriteNote]
+
+
+_Node = dict[Hashable, "_Node"]
+
+
 class _Trie:
     """Unit trie of every prompt+output seen (what an unbounded cache would hold)."""
 
     __slots__ = ("root",)
 
     def __init__(self) -> None:
-        self.root: dict[Any, dict] = {}
+        self.root: _Node = {}
 
-    def insert(self, seq: Sequence[Any]) -> None:
+    def insert(self, seq: Sequence[Hashable]) -> None:
         node = self.root
         for unit in seq:
             node = node.setdefault(unit, {})
 
-    def match(self, seq: Sequence[Any]) -> int:
+    def match(self, seq: Sequence[Hashable]) -> int:
         node, depth = self.root, 0
         for unit in seq:
             nxt = node.get(unit)
@@ -62,7 +96,7 @@ class _Trie:
         return depth
 
 
-def common_prefix(a: Sequence[Any], b: Sequence[Any]) -> int:
+def common_prefix(a: Sequence[Hashable], b: Sequence[Hashable]) -> int:
     n = min(len(a), len(b))
     for i in range(n):
         if a[i] != b[i]:
@@ -70,7 +104,7 @@ def common_prefix(a: Sequence[Any], b: Sequence[Any]) -> int:
     return n
 
 
-def _snippet(seq: Sequence[Any], offset: int, width: int = 24) -> str:
+def _snippet(seq: Sequence[Hashable], offset: int, width: int = 24) -> str:
     part = seq[offset : offset + width]
     return part if isinstance(part, str) else " ".join(str(u) for u in part)
 
@@ -97,13 +131,13 @@ class Change:
         return self.resumes + self.realigned
 
 
-def realign(reference: Sequence[Any], prompt: Sequence[Any], offset: int) -> Change | None:
+def realign(reference: Sequence[Hashable], prompt: Sequence[Hashable], offset: int) -> Change | None:
     """Where `prompt`, diverging from `reference` at `offset`, matches it again for at least
     REALIGN_MIN units (the first such place), or None: everything past the break is new."""
     w = REALIGN_MIN
     if len(prompt) - offset < w or len(reference) - offset < w:
         return None
-    first: dict[Any, int] = {}
+    first: dict[Hashable, int] = {}
     for j in range(len(reference) - w, offset - 1, -1):  # the earliest position wins
         first[_window(reference, j, w)] = j
     for i in range(offset, min(len(prompt) - w, offset + REALIGN_SCAN) + 1):
@@ -118,7 +152,7 @@ def realign(reference: Sequence[Any], prompt: Sequence[Any], offset: int) -> Cha
 SPAN_MAX = 64
 
 
-def _costly(change: Change, prompt: Sequence[Any]) -> bool:
+def _costly(change: Change, prompt: Sequence[Hashable]) -> bool:
     """A change against the session's last prompt counts when what realigns after it is long
     (a whole document or tool list) and longer than the span itself: a new task followed by
     the same short instruction is new text, not a change."""
@@ -126,9 +160,21 @@ def _costly(change: Change, prompt: Sequence[Any]) -> bool:
     return change.realigned >= max(floor, change.resumes - change.offset)
 
 
-def _window(seq: Sequence[Any], at: int, width: int) -> Any:
+def _window(seq: Sequence[Hashable], at: int, width: int) -> Hashable:
     part = seq[at : at + width]
     return part if isinstance(part, str) else tuple(part)
+
+
+def _extend(prompt: Sequence[Hashable], output: Sequence[Hashable]) -> Sequence[Hashable]:
+    """prompt+output: a str, list or tuple prompt extends with its own type; anything else
+    becomes a list."""
+    if isinstance(prompt, str) and isinstance(output, str):
+        return prompt + output
+    if isinstance(prompt, list) and isinstance(output, list):
+        return prompt + output
+    if isinstance(prompt, tuple) and isinstance(output, tuple):
+        return prompt + output
+    return list(prompt) + list(output)
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,24 +260,26 @@ class SessionLedger:
     Thread-safe: fork branches of one session share a ledger.
     """
 
-    def __init__(self, render_units: Callable[[list[Any]], str] | None = None) -> None:
+    def __init__(self, render_units: Callable[[list[int]], str] | None = None) -> None:
         self._lock = threading.Lock()
         self._tries: dict[Key, _Trie] = {}  # one per (salt, worker): a cache holds one of them
         # (length, hash) of each prompt+output whose output is not empty, per key (at_output_end)
         self._ends: dict[Key, set[tuple[int, int]]] = {}
-        self._expected: dict[int, Sequence[Any]] = {}  # branch -> what its next prompt must extend
+        self._expected: dict[int, Sequence[Hashable]] = {}  # branch -> what its next prompt must extend
         # Optional `units -> str` (e.g. backend.decode) to show token snippets as text.
         self._render = render_units
         # Character mode only: (text, its token count as the server reported) for each
         # earlier prompt and prompt+output, to turn a character match into tokens.
         self._anchors: list[tuple[str, int]] = []
-        self._last: Sequence[Any] = ()  # the latest prompt+output recorded on any branch
+        self._last: Sequence[Hashable] = ()  # the latest prompt+output recorded on any branch
 
     @property
-    def render_units(self) -> Callable[[list[Any]], str] | None:
+    def render_units(self) -> Callable[[list[int]], str] | None:
         return self._render
 
-    def matches(self, prompt: Sequence[Any], salt: str | None = None, worker: str | None = None) -> Matches:
+    def matches(
+        self, prompt: Sequence[Hashable], salt: str | None = None, worker: str | None = None
+    ) -> Matches:
         """Uncapped longest prefixes of `prompt` over everything / this salt / this salt and worker."""
         with self._lock:
             by_key = {key: trie.match(prompt) for key, trie in self._tries.items()}
@@ -246,14 +294,14 @@ class SessionLedger:
             at_output_end=at_end and not isinstance(prompt, str),
         )
 
-    def ideal(self, prompt: Sequence[Any]) -> int:
+    def ideal(self, prompt: Sequence[Hashable]) -> int:
         """Longest common prefix with any earlier prompt+output of the session.
 
         Capped at len(prompt) - 1: like SGLang, a cache must recompute the last prompt position.
         """
         return min(self.matches(prompt).any, max(len(prompt) - 1, 0))
 
-    def check(self, branch: int, prompt: Sequence[Any]) -> dict[str, Any] | None:
+    def check(self, branch: int, prompt: Sequence[Hashable]) -> PrefixBreak | None:
         """The break (offset + snippets) if `prompt` does not extend what its branch expects.
 
         A branch with nothing to extend yet (a new run of the session) is checked against the
@@ -276,7 +324,7 @@ class SessionLedger:
         if kind == "session" and (change is None or not _costly(change, prompt)):
             return None
         unit = "chars" if isinstance(prompt, str) else "tokens"
-        out: dict[str, Any] = {
+        out: PrefixBreak = {
             "offset": offset,
             "unit": unit,
             "expected": self._text(reference, offset),
@@ -292,7 +340,7 @@ class SessionLedger:
             }
         return out
 
-    def expected(self, branch: int) -> Sequence[Any] | None:
+    def expected(self, branch: int) -> Sequence[Hashable] | None:
         """What the branch's next prompt must extend (None: nothing yet)."""
         with self._lock:
             return self._expected.get(branch)
@@ -300,14 +348,13 @@ class SessionLedger:
     def record(
         self,
         branch: int,
-        prompt: Sequence[Any],
-        output: Sequence[Any],
+        prompt: Sequence[Hashable],
+        output: Sequence[Hashable],
         salt: str | None = None,
         worker: str | None = None,
     ) -> None:
         """Remember prompt+output: the branch's next prompt must extend it."""
-        # a str or list prompt extends with its own type; anything else becomes a list
-        full = cast(Any, prompt) + output if type(prompt) is type(output) else list(prompt) + list(output)
+        full = _extend(prompt, output)
         with self._lock:
             self._tries.setdefault((salt, worker), _Trie()).insert(full)
             if len(output) and not isinstance(full, str):
@@ -330,20 +377,21 @@ class SessionLedger:
         rest = (chars - base_chars) * prompt_tokens / max(len(prompt), 1)
         return min(base_tokens + round(rest), max(prompt_tokens - 1, 0))
 
-    def expect(self, branch: int, prefix: Sequence[Any]) -> None:
+    def expect(self, branch: int, prefix: Sequence[Hashable]) -> None:
         """Declare a rollback or a fork: the branch's next prompt must extend `prefix`."""
         with self._lock:
             self._expected[branch] = prefix
 
-    def _text(self, seq: Sequence[Any], offset: int, width: int = 24) -> str:
+    def _text(self, seq: Sequence[Hashable], offset: int, width: int = 24) -> str:
         if self._render is not None and not isinstance(seq, str):
             try:
-                return repr(self._render(list(seq[offset : offset + width])))
+                # a render is only given where units are token ids
+                return repr(self._render(cast(list[int], list(seq[offset : offset + width]))))
             except Exception:  # a snippet is cosmetic: never let it break a run
                 log.debug("snippet decode failed", exc_info=True)
         return repr(_snippet(seq, offset, width))
 
-    def _span(self, seq: Sequence[Any], start: int, end: int) -> str:
+    def _span(self, seq: Sequence[Hashable], start: int, end: int) -> str:
         """seq[start:end] as a snippet, at most SPAN_MAX units (then marked as cut)."""
         text = self._text(seq, start, min(end - start, SPAN_MAX))
         return text + (f" (+{end - start - SPAN_MAX} more)" if end - start > SPAN_MAX else "")
@@ -356,10 +404,10 @@ class StepEvent:
     tokenize, else `sent` itself), `outputs` the output in those units."""
 
     branch: int
-    sent: Sequence[Any]
-    sent_output: Sequence[Any]
-    units: Sequence[Any]
-    outputs: Sequence[Any]
+    sent: Sequence[Hashable]
+    sent_output: Sequence[Hashable]
+    units: Sequence[Hashable]
+    outputs: Sequence[Hashable]
     served: Served
     completion_tokens: int = 0
     salt: str | None = None
@@ -369,13 +417,13 @@ class StepEvent:
     #: assistant turns the chat template did not render as generated, each {"message": index,
     #: "dropped": text} (runtime/server/reasoning_history.py): a break they explain is counted
     #: as `template_rewrite`, not `prompt_change`
-    rewrites: tuple[dict[str, Any], ...] = ()
+    rewrites: tuple[RewriteNote, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class Account:
     ideal_cached_tokens: int
-    prefix_break: dict[str, Any] | None
+    prefix_break: PrefixBreak | None
     miss: dict[str, int]
 
 
@@ -404,7 +452,7 @@ class StepAccounting:
         self._remember(ev)
         return Account(max(ideal, 0), brk, miss)
 
-    def _expected(self, ev: StepEvent, brk: dict[str, Any] | None) -> Sequence[Any] | None:
+    def _expected(self, ev: StepEvent, brk: PrefixBreak | None) -> Sequence[Hashable] | None:
         """What extending the reference would have served, in the ideal ledger's units: the
         branch's expectation, or (against the session's last prompt) up to the realigned end."""
         if brk is None:
@@ -416,8 +464,8 @@ class StepAccounting:
         return range(round(end * len(ev.units) / max(len(ev.sent), 1)))
 
     def _chars_to_tokens(
-        self, ev: StepEvent, m: Matches, expected: Sequence[Any] | None
-    ) -> tuple[Matches, Sequence[Any] | None]:
+        self, ev: StepEvent, m: Matches, expected: Sequence[Hashable] | None
+    ) -> tuple[Matches, Sequence[Hashable] | None]:
         text, p = str(ev.units), ev.served.prompt_tokens
         conv = self.ideal.chars_to_tokens
 
@@ -440,8 +488,8 @@ class StepAccounting:
 
 
 def _template_rewrite(
-    miss: dict[str, int], brk: dict[str, Any], rewrites: tuple[dict[str, Any], ...]
-) -> tuple[dict[str, int], dict[str, Any]]:
+    miss: dict[str, int], brk: PrefixBreak, rewrites: tuple[RewriteNote, ...]
+) -> tuple[dict[str, int], PrefixBreak]:
     """The break was the chat template re-rendering earlier assistant turns otherwise than they
     were generated: what extending the previous prompt would have served counts as
     `template_rewrite` (same total), and the break names the turns and what was dropped."""

@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from runtime.private_files import open_private
+from runtime.trace.ledger import PrefixBreak
 
 #: fields a trace written before they existed may lack (read with these defaults)
-OPTIONAL_FIELDS: dict[str, Any] = {"miss": None}
+OPTIONAL_FIELDS: dict[str, None] = {"miss": None}
 
 
 @dataclass(slots=True)
@@ -32,12 +33,12 @@ class StepRecord:
     ttft_s: float
     latency_s: float
     finish_reason: str
-    prefix_break: dict[str, Any] | None
-    tool: dict[str, Any] | None
+    prefix_break: PrefixBreak | None
+    tool: dict[str, object] | None
     #: uncached prompt tokens by cause (runtime/trace/ledger.py MISS_CAUSES), summing to prompt - cached
     miss: dict[str, int] | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return asdict(self)
 
     def to_json(self) -> str:

@@ -29,15 +29,19 @@ import types
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
 
 import torch
 
+from runtime.cache.kv_pool import KVPool
+from runtime.cache.radix import EvictionPolicy, RadixCache, TreeNode
 from runtime.cache.tier.file_store import FileStore
 from runtime.cache.tier.keys import Fingerprint, weights_digest
 from runtime.cache.tier.redis_store import RedisStore
 from runtime.cache.tier.store import KVStore, log
 from runtime.cache.tier.tier import Fetched, KVTier, TierConfig
+from runtime.config import EngineConfig
+from runtime.model.hf_model import HFModel
+from runtime.model.model import LlamaModel
 from runtime.private_files import key_file
 
 #: The cache manager's `adopt` (runtime/cache/manager.py): key, have, n, namespace, priority,
@@ -52,14 +56,16 @@ MAX_REMEMBERED = 4096
 PREFETCH_RETRY_S = 0.1
 
 
-def model_fingerprint(model: Any, name: str, kv_format: str) -> Fingerprint:
+def model_fingerprint(model: LlamaModel | HFModel, name: str, kv_format: str) -> Fingerprint:
     cfg = model.cfg
     desc = f"{name}|{model.dtype}|{getattr(model, 'torchao_config', None)}"
     geometry = (cfg.layers, cfg.kv_heads, cfg.head_dim)
     return Fingerprint.of(desc, kv_format, geometry, weights_digest(_tensors(model)))
 
 
-def _tensors(obj: Any, prefix: str = "", depth: int = 0, seen: set[int] | None = None) -> list:
+def _tensors(
+    obj: object, prefix: str = "", depth: int = 0, seen: set[int] | None = None
+) -> list[tuple[str, torch.Tensor]]:
     """(name, tensor) pairs reachable from a model object through attributes, lists and dicts."""
     seen = set() if seen is None else seen
     if id(obj) in seen or depth > 5:
@@ -69,7 +75,7 @@ def _tensors(obj: Any, prefix: str = "", depth: int = 0, seen: set[int] | None =
         return [(prefix, obj)]
     if hasattr(obj, "state_dict") and callable(obj.state_dict) and depth > 0:
         return [(f"{prefix}.{k}", v) for k, v in obj.state_dict().items()]
-    items: Iterable[tuple[Any, Any]]
+    items: Iterable[tuple[object, object]]
     if isinstance(obj, (list, tuple)):
         items = enumerate(obj)
     elif isinstance(obj, dict):
@@ -79,16 +85,16 @@ def _tensors(obj: Any, prefix: str = "", depth: int = 0, seen: set[int] | None =
             s: getattr(obj, s) for s in getattr(type(obj), "__slots__", ()) if hasattr(obj, s)
         }
         items = fields.items()
-    out = []
+    out: list[tuple[str, torch.Tensor]] = []
     for k, v in items:
         if _holds_weights(v):
             out += _tensors(v, f"{prefix}.{k}", depth + 1, seen)
-        elif isinstance(getattr(v, "__self__", None), torch.Tensor):  # a tensor's bound method (lookup)
-            out += _tensors(v.__self__, f"{prefix}.{k}", depth + 1, seen)
+        elif isinstance(owner := getattr(v, "__self__", None), torch.Tensor):  # a tensor's bound method
+            out += _tensors(owner, f"{prefix}.{k}", depth + 1, seen)
     return out
 
 
-def _holds_weights(v: Any) -> bool:
+def _holds_weights(v: object) -> bool:
     """Whether the walk enters `v`: containers, tensors, weight holders (callable ones too: the
     linear layers are callable dataclasses, and skipping callables once left the embedding, the
     lm_head and every projection out of the fingerprint), never functions or bound methods."""
@@ -101,15 +107,23 @@ def _holds_weights(v: Any) -> bool:
     return hasattr(v, "__dict__") or hasattr(v, "__slots__")
 
 
-def make_store(config: Any) -> KVStore:
+def make_store(config: EngineConfig) -> KVStore:
     """The backend named by an EngineConfig's hicache_* fields."""
     if config.hicache_storage_backend == "redis":
         return RedisStore(config.hicache_storage_url)
     size = int((config.hicache_size if config.hicache_size is not None else 4.0) * 2**30)
-    return FileStore(config.hicache_storage_dir, size)
+    return FileStore(_storage_dir(config), size)
 
 
-def mac_key(config: Any) -> bytes:
+def _storage_dir(config: EngineConfig) -> str:
+    """The file backend's directory; runtime/config.py refuses a file tier without one (the
+    TypeError is what Path(None) raised here before)."""
+    if config.hicache_storage_dir is None:
+        raise TypeError("hicache_storage_dir is required with hicache_storage_backend file")
+    return config.hicache_storage_dir
+
+
+def mac_key(config: EngineConfig) -> bytes:
     """The tier's page MAC key: derived from `hicache_mac_key` when set (every worker of a shared
     tier sets the same); else the file backend's own key file (created 0600 in its 0700 directory,
     so pages survive restarts and no other local user can forge one); else a fresh key per server."""
@@ -119,7 +133,7 @@ def mac_key(config: Any) -> bytes:
         ).digest()
     if config.hicache_storage_backend == "file":
         try:
-            return key_file(Path(config.hicache_storage_dir) / ".tier-mac-key")
+            return key_file(Path(_storage_dir(config)) / ".tier-mac-key")
         except (OSError, ValueError) as exc:  # an unusable directory: the tier degrades, serving goes on
             log.warning("no tier key file (%s): pages are readable by this server only", exc)
             return os.urandom(32)
@@ -129,7 +143,7 @@ def mac_key(config: Any) -> bytes:
 
 class TierHooks:
     def __init__(
-        self, tier: KVTier, demote_filter: Callable[[Any], bool] | None = None, model_name: str = ""
+        self, tier: KVTier, demote_filter: Callable[[TreeNode], bool] | None = None, model_name: str = ""
     ) -> None:
         self.tier = tier
         self.model_name = model_name
@@ -142,12 +156,12 @@ class TierHooks:
     def backend(self) -> str:
         return self.tier.store.name
 
-    def refingerprint(self, model: Any) -> None:
+    def refingerprint(self, model: LlamaModel | HFModel) -> None:
         """After a weights swap: keys follow the new weights."""
         self.tier.set_fingerprint(model_fingerprint(model, self.model_name, self.tier.pool.fmt.name))
 
     # ---- pool -> store --------------------------------------------------------------------
-    def on_evict(self, node: Any) -> None:
+    def on_evict(self, node: TreeNode) -> None:
         if self.demote_filter is not None and not self.demote_filter(node):
             self.tier.counters.dropped_tokens += len(node.key)
             return
@@ -161,7 +175,7 @@ class TierHooks:
     # ---- store -> pool --------------------------------------------------------------------
     def extend(
         self,
-        cache: Any,
+        cache: RadixCache,
         ids: Sequence[int],
         namespace: str,
         adopt: Adopt,
@@ -221,7 +235,7 @@ class TierHooks:
                 return None
             return max(0.0, min(t for t, _ in self._due.values()) - time.monotonic())
 
-    def run_due(self, cache: Any, adopt: Adopt, room: Callable[[], int]) -> int:
+    def run_due(self, cache: RadixCache, adopt: Adopt, room: Callable[[], int]) -> int:
         """Prefetch every session whose time has come; returns tokens loaded. A prefetch that
         cannot get the slots (the pool is held by running requests, nothing evictable) is
         retried every PREFETCH_RETRY_S until the session's expected return, without reading
@@ -253,7 +267,9 @@ class TierHooks:
             log.debug("prefetched %d tokens for %d sessions", loaded, len(due))
         return loaded
 
-    def _room_for(self, cache: Any, room: Callable[[], int], tokens: Sequence[int], namespace: str) -> bool:
+    def _room_for(
+        self, cache: RadixCache, room: Callable[[], int], tokens: Sequence[int], namespace: str
+    ) -> bool:
         """Whether the pages beyond the resident prefix could get slots now (free + evictable)."""
         page = self.tier.config.page_tokens
         need = len(tokens) // page * page - cache.cached_length(tokens, namespace)
@@ -263,7 +279,7 @@ class TierHooks:
         self.tier.close()
 
 
-def _path(node: Any) -> tuple[list[int], list[int]]:
+def _path(node: TreeNode | None) -> tuple[list[int], list[int]]:
     """Tokens and slots from the namespace root down to `node` (inclusive)."""
     keys, values = [], []
     while node is not None and node.parent is not None:
@@ -275,7 +291,7 @@ def _path(node: Any) -> tuple[list[int], list[int]]:
     return tokens, slots
 
 
-def _write(pool: Any, slots: list[int], got: Fetched) -> None:
+def _write(pool: KVPool, slots: list[int], got: Fetched) -> None:
     pos = 0
     for n, planes in got.chunks():
         pool.write(slots[pos : pos + n], *planes)
@@ -288,7 +304,9 @@ def default_write_policy(backend: str) -> str:
     return "write_through" if backend == "redis" else "write_back"
 
 
-def build_hooks(config: Any, pool: Any, model: Any, name: str, policy: Any) -> TierHooks:
+def build_hooks(
+    config: EngineConfig, pool: KVPool, model: LlamaModel | HFModel, name: str, policy: EvictionPolicy
+) -> TierHooks:
     """The tier an EngineConfig asks for. With the session policy, dead nodes are dropped."""
     from runtime.cache.session_policy import DEAD, SessionPolicy
 

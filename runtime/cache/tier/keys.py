@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
@@ -39,7 +38,7 @@ class Fingerprint:
         return cls(_digest(KEY_VERSION, desc, weights).hex())
 
 
-def weights_digest(tensors: Iterable[tuple[str, Any]]) -> bytes:
+def weights_digest(tensors: Iterable[tuple[str, torch.Tensor]]) -> bytes:
     """A digest of every byte of every weight tensor (name, shape, dtype and data), in name order.
     A sample of each tensor missed swaps that keep it (a LoRA merge keeps the norms; 512 tokens were
     served from pages of the old weights): hashing all ~0.5 GB takes well under a second, once at

@@ -71,7 +71,7 @@ def messages_router(
         return JSONResponse(msg)
 
     @r.post("/v1/messages/count_tokens")
-    async def count_tokens(req: CountTokensRequest, request: Request) -> dict[str, Any]:
+    async def count_tokens(req: CountTokensRequest, request: Request) -> dict[str, object]:
         creq = _salted(chat_request(req), request)
         messages = [m.model_dump(exclude_none=True) for m in creq.messages]
         plan = await tools.plan(creq)

@@ -7,14 +7,13 @@ import hashlib
 import json
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any
 
 from runtime.server.messages.models import MessagesRequest
 
 CAPACITY = 4096  # message ids remembered per server (oldest forgotten first)
 
 
-def _digest(value: Any) -> str:
+def _digest(value: object) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()
 
 
@@ -34,7 +33,7 @@ class DiagLedger:
         self.records: OrderedDict[str, Record] = OrderedDict()
 
     def remember(
-        self, msg_id: str, tenant: str, req: MessagesRequest, reply: dict[str, Any], tokens: int
+        self, msg_id: str, tenant: str, req: MessagesRequest, reply: dict[str, object], tokens: int
     ) -> None:
         turns = [m.model_dump() for m in req.messages] + [{"role": "assistant", "content": reply["content"]}]
         self.records[msg_id] = Record(
@@ -48,7 +47,7 @@ class DiagLedger:
         while len(self.records) > self.capacity:
             self.records.popitem(last=False)
 
-    def diagnose(self, tenant: str, req: MessagesRequest, prompt: int, cached: int) -> dict[str, Any]:
+    def diagnose(self, tenant: str, req: MessagesRequest, prompt: int, cached: int) -> dict[str, object]:
         prev_id = req.diagnostics.previous_message_id if req.diagnostics else None
         prev = self.records.get(prev_id or "")
         if prev is None or prev.tenant != tenant:

@@ -131,7 +131,9 @@ def _start(message: dict[str, Any], usage: dict[str, Any] | None) -> list[bytes]
     return [_event("message_start", {"message": start}), _event("ping", {})]
 
 
-def _chat_like(content: list[dict[str, Any]], finish: str | None, matched: Any, usage: Any) -> dict[str, Any]:
+def _chat_like(
+    content: list[dict[str, Any]], finish: str | None, matched: object, usage: object
+) -> dict[str, Any]:
     """The streamed blocks in the shape of a chat body, so the final message is built by the same
     function as a non-streamed one (shape.message)."""
     message: dict[str, Any] = {"content": "".join(b["text"] for b in content if b["type"] == "text")}

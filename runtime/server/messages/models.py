@@ -31,12 +31,12 @@ class Diagnostics(_Strict):
 class CountTokensRequest(_Strict):
     model: str
     messages: list[MessageParam] = Field(min_length=1)
-    system: str | list[dict[str, Any]] | None = None
-    tools: list[dict[str, Any]] | None = None
-    tool_choice: dict[str, Any] | None = None
+    system: str | list[dict[str, object]] | None = None
+    tools: list[dict[str, object]] | None = None
+    tool_choice: dict[str, object] | None = None
     thinking: ThinkingConfig | None = None
-    output_config: dict[str, Any] | None = None
-    cache_control: dict[str, Any] | None = None
+    output_config: dict[str, object] | None = None
+    cache_control: dict[str, object] | None = None
 
 
 class MessagesRequest(CountTokensRequest):

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 
-def _event(name: str, data: dict[str, Any]) -> bytes:
+def _event(name: str, data: dict[str, object]) -> bytes:
     return f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
 
 

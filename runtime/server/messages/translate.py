@@ -46,7 +46,7 @@ def _user(m: MessageParam) -> list[dict[str, Any]]:
     return out
 
 
-def _assistant(m: MessageParam) -> dict[str, Any]:
+def _assistant(m: MessageParam) -> dict[str, object]:
     if isinstance(m.content, str):
         return {"role": "assistant", "content": m.content}
     text, thinking, calls = [], [], []
@@ -63,7 +63,7 @@ def _assistant(m: MessageParam) -> dict[str, Any]:
             )
         else:
             raise ApiError(400, f"messages: assistant block type {kind!r} not supported")
-    msg: dict[str, Any] = {"role": "assistant", "content": "".join(text)}
+    msg: dict[str, object] = {"role": "assistant", "content": "".join(text)}
     if thinking:
         msg["reasoning_content"] = "".join(thinking)
     if calls:
@@ -71,7 +71,7 @@ def _assistant(m: MessageParam) -> dict[str, Any]:
     return msg
 
 
-def chat_messages(req: CountTokensRequest) -> list[dict[str, Any]]:
+def chat_messages(req: CountTokensRequest) -> list[dict[str, object]]:
     out: list[dict[str, Any]] = []
     if req.system:
         out.append({"role": "system", "content": _text(req.system, "system")})
@@ -100,7 +100,7 @@ def _tools(req: CountTokensRequest) -> tuple[list[dict[str, Any]] | None, Any, b
     return tools, mapped, parallel
 
 
-def _format(req: CountTokensRequest) -> dict[str, Any] | None:
+def _format(req: CountTokensRequest) -> dict[str, object] | None:
     fmt = (req.output_config or {}).get("format")
     if set(req.output_config or {}) - {"format"}:
         raise ApiError(400, "output_config: only `format` is supported")
@@ -117,7 +117,7 @@ def _format(req: CountTokensRequest) -> dict[str, Any] | None:
 
 def chat_request(req: CountTokensRequest, salt: str | None = None) -> ChatCompletionRequest:
     tools, choice, parallel = _tools(req)
-    fields: dict[str, Any] = {"messages": chat_messages(req), "tools": tools, "tool_choice": choice}
+    fields: dict[str, object] = {"messages": chat_messages(req), "tools": tools, "tool_choice": choice}
     if parallel is not None:
         fields["parallel_tool_calls"] = parallel
     fmt = _format(req)

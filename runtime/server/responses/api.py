@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Awaitable, Callable
-from typing import Any, Literal
+from typing import Literal
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -60,7 +60,7 @@ def _prior(store: ResponseStore, tenant: str, req: ResponsesRequest) -> StoredRe
 
 
 def _chat_request(
-    req: ResponsesRequest, context: list[dict[str, Any]], session: str
+    req: ResponsesRequest, context: list[dict[str, object]], session: str
 ) -> ChatCompletionRequest:
     try:
         body = to_chat_body(req, context)
@@ -76,7 +76,7 @@ def _chat_request(
 
 
 async def _run(
-    chat: Chat, req: ResponsesRequest, context: list[dict[str, Any]], session: str, request: Request
+    chat: Chat, req: ResponsesRequest, context: list[dict[str, object]], session: str, request: Request
 ) -> Response:
     """The chat route's answer for `req` (streamed when `req.stream`, with usage at the end); with
     truncation "auto", the oldest context items are dropped until the prompt fits (OpenAI's rule),
@@ -120,7 +120,7 @@ def _create_route(r: APIRouter, state: ServerState, chat: Chat, store: ResponseS
         if prior is not None:
             prior.restore()
 
-        def keep(response: dict[str, Any]) -> None:
+        def keep(response: dict[str, object]) -> None:
             if req.store:
                 stored = StoredResponse((*context, *items), response, items, session, tuple(recorded))
                 store.put(tenant, rid, stored)
@@ -145,11 +145,11 @@ def _stored_routes(r: APIRouter, store: ResponseStore) -> None:
         return item
 
     @r.get("/v1/responses/{rid}")
-    async def get(rid: str, request: Request) -> dict[str, Any]:
+    async def get(rid: str, request: Request) -> dict[str, object]:
         return _stored(rid, request).body
 
     @r.delete("/v1/responses/{rid}")
-    async def delete(rid: str, request: Request) -> dict[str, Any]:
+    async def delete(rid: str, request: Request) -> dict[str, object]:
         _stored(rid, request)
         store.delete(_tenant(request, request.query_params.get("cache_salt")), rid)
         return {"id": rid, "object": "response.deleted", "deleted": True}
@@ -160,7 +160,7 @@ def _stored_routes(r: APIRouter, store: ResponseStore) -> None:
         request: Request,
         order: Literal["asc", "desc"] = "desc",
         limit: int = Query(20, ge=1, le=100),
-    ) -> dict[str, Any]:
+    ) -> dict[str, object]:
         stored = _stored(rid, request).input_items
         data = [dict(item, id=item.get("id") or f"item_{rid[5:]}_{i}") for i, item in enumerate(stored)]
         data = (data[::-1] if order == "desc" else data)[:limit]

@@ -53,10 +53,10 @@ class ResponsesRequest(BaseModel):
 
     model_config = _STRICT
     model: str | None = None
-    input: str | list[dict[str, Any]]
+    input: str | list[dict[str, object]]
     instructions: str | None = None
     tools: list[ResponsesTool] | None = None
-    tool_choice: str | dict[str, Any] | None = None
+    tool_choice: str | dict[str, object] | None = None
     parallel_tool_calls: bool | None = None
     text: dict[str, Any] | None = None
     max_output_tokens: int | None = Field(default=None, ge=1)

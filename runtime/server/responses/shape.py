@@ -61,11 +61,11 @@ def output_items(message: dict[str, Any], status: str) -> list[dict[str, Any]]:
     return items
 
 
-def _tool_echo(req: ResponsesRequest) -> list[dict[str, Any]]:
+def _tool_echo(req: ResponsesRequest) -> list[dict[str, object]]:
     return [t.model_dump() for t in req.tools or []]
 
 
-def head(rid: str, req: ResponsesRequest, model: str) -> dict[str, Any]:
+def head(rid: str, req: ResponsesRequest, model: str) -> dict[str, object]:
     """The response object's fields that do not depend on the output (its request echoed)."""
     return {
         "id": rid,

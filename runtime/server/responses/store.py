@@ -28,7 +28,7 @@ class StoredResponse:
     """One stored response: the items before it (`history`, earlier turns of its chain and its own
     input), its JSON body, its own input items (GET .../input_items) and its chain's session name."""
 
-    history: tuple[dict[str, Any], ...]
+    history: tuple[dict[str, object], ...]
     body: dict[str, Any]
     input_items: tuple[dict[str, Any], ...]
     chain: str

@@ -16,7 +16,7 @@ Event = dict[str, Any]
 @dataclass
 class _Open:
     index: int
-    item: dict[str, Any]
+    item: dict[str, object]
     text: list[str] = field(default_factory=list)
 
 
@@ -29,7 +29,7 @@ class EventSequence:
     _items: list[dict[str, Any]] = field(default_factory=list)
     _open: _Open | None = None
 
-    def _event(self, kind: str, **body: Any) -> Event:
+    def _event(self, kind: str, **body: object) -> Event:
         event = {"type": kind, "sequence_number": self._seq, **body}
         self._seq += 1
         return event
@@ -75,7 +75,7 @@ class EventSequence:
         events.append(self._event("response.failed", response=final))
         return events
 
-    def whole_item(self, item: dict[str, Any]) -> list[Event]:
+    def whole_item(self, item: dict[str, object]) -> list[Event]:
         """An item sent finished (a reasoning item split out after generation): added, then done."""
         events = self._close("completed")
         index = len(self._items)
@@ -84,7 +84,7 @@ class EventSequence:
         events.append(self._event("response.output_item.done", output_index=index, item=item))
         return events
 
-    def finish(self, status: str, usage: dict[str, Any], details: Any = None) -> list[Event]:
+    def finish(self, status: str, usage: dict[str, object], details: object = None) -> list[Event]:
         events = self._close("completed" if status == "completed" else "incomplete")
         final = dict(self.response, status=status, output=list(self._items), usage=usage)
         final["incomplete_details"] = details

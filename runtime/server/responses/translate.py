@@ -30,7 +30,7 @@ def _known(obj: dict[str, Any], allowed: set[str], where: str) -> None:
         raise ValueError(f"{where}: {', '.join(map(repr, extra))} not supported here")
 
 
-def _text(content: Any, where: str) -> str:
+def _text(content: object, where: str) -> str:
     if isinstance(content, str):
         return content
     if not isinstance(content, list):
@@ -118,10 +118,10 @@ def _response_format(text: dict[str, Any] | None) -> dict[str, Any] | None:
     raise ValueError(f"text.format: type {fmt.get('type')!r} is not supported")
 
 
-def to_chat_body(req: ResponsesRequest, context: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+def to_chat_body(req: ResponsesRequest, context: list[dict[str, object]] | None = None) -> dict[str, object]:
     """The chat-completions body equivalent to `req` after `context` (our extras passed on as on
     chat)."""
-    body: dict[str, Any] = {
+    body: dict[str, object] = {
         "messages": to_messages(req, context),
         "tools": _tools(req),
         "tool_choice": _tool_choice(req.tool_choice),

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -27,7 +27,7 @@ from runtime.server.tools.formats import Parsed, RawCall, ToolFormat
 
 Choice = Literal["none", "auto", "required"]
 
-_EMPTY_PARAMS: dict[str, Any] = {"type": "object", "properties": {}}
+_EMPTY_PARAMS: dict[str, object] = {"type": "object", "properties": {}}
 
 
 class _FunctionDef(BaseModel):
@@ -35,7 +35,7 @@ class _FunctionDef(BaseModel):
 
     name: str = Field(pattern=r"^[A-Za-z0-9_.\-]{1,64}$")
     description: str | None = None
-    parameters: dict[str, Any] | None = None
+    parameters: dict[str, object] | None = None
     # honoured by construction: every call's arguments are held to the schema by the grammar
     strict: bool | None = None
 
@@ -62,11 +62,11 @@ class _NamedChoice(BaseModel):
 class Tool:
     name: str
     description: str | None
-    parameters: dict[str, Any]
+    parameters: dict[str, object]
 
-    def definition(self) -> dict[str, Any]:
+    def definition(self) -> dict[str, object]:
         """The OpenAI-shaped definition as the prompt shows it."""
-        function: dict[str, Any] = {"name": self.name}
+        function: dict[str, object] = {"name": self.name}
         if self.description:
             function["description"] = self.description
         function["parameters"] = self.parameters
@@ -87,7 +87,7 @@ class ToolPlan:
     def may_call(self) -> bool:
         return self.choice != "none" and bool(self.tools)
 
-    def grammar(self, text_schema: dict[str, Any] | None, begin_token: bool = False) -> str:
+    def grammar(self, text_schema: dict[str, object] | None, begin_token: bool = False) -> str:
         chosen = [t for t in self.tools if self.forced is None or t.name == self.forced]
         pairs = [(t.name, _grammar_params(t.parameters)) for t in chosen]
         choice = "required" if self.forced is not None else self.choice
@@ -96,7 +96,7 @@ class ToolPlan:
         return tool_grammar.build(self.fmt, choice, pairs, parallel, text_schema, begin_token)
 
 
-def _grammar_params(params: dict[str, Any]) -> dict[str, Any]:
+def _grammar_params(params: dict[str, object]) -> dict[str, object]:
     """The arguments schema the grammar enforces: the tool's, with undeclared properties shut out
     when it lists properties and says nothing (a subset of what it allows; small models otherwise
     invent keys)."""
@@ -105,7 +105,7 @@ def _grammar_params(params: dict[str, Any]) -> dict[str, Any]:
     return params
 
 
-def _tools(raw: list[dict[str, Any]]) -> tuple[Tool, ...]:
+def _tools(raw: list[dict[str, object]]) -> tuple[Tool, ...]:
     """The request's tools, each schema bounded (grammar_guard) and compiled once to prove the
     grammar can enforce it: a 400 naming the tool otherwise. Runs off the event loop (`aplan`)."""
     if len(raw) > grammar_guard.MAX_TOOLS:  # before validating 25,000 definitions one by one
@@ -133,7 +133,7 @@ def _tools(raw: list[dict[str, Any]]) -> tuple[Tool, ...]:
     return tuple(sorted(tools, key=lambda t: t.name))
 
 
-def _tool_def(index: int, item: dict[str, Any]) -> _FunctionDef:
+def _tool_def(index: int, item: dict[str, object]) -> _FunctionDef:
     try:
         return _ToolDef.model_validate(item).function
     except ValidationError as exc:
@@ -142,7 +142,7 @@ def _tool_def(index: int, item: dict[str, Any]) -> _FunctionDef:
         ) from exc
 
 
-def _choice(raw: str | dict[str, Any] | None, tools: tuple[Tool, ...]) -> tuple[Choice, str | None]:
+def _choice(raw: str | dict[str, object] | None, tools: tuple[Tool, ...]) -> tuple[Choice, str | None]:
     if raw is None:
         return ("auto" if tools else "none"), None
     if isinstance(raw, str):
@@ -166,8 +166,8 @@ def _choice(raw: str | dict[str, Any] | None, tools: tuple[Tool, ...]) -> tuple[
 
 
 def plan(
-    tools: list[dict[str, Any]] | None,
-    tool_choice: str | dict[str, Any] | None,
+    tools: list[dict[str, object]] | None,
+    tool_choice: str | dict[str, object] | None,
     parallel_tool_calls: bool | None,
     fmt: ToolFormat,
 ) -> ToolPlan | None:
@@ -184,8 +184,8 @@ def plan(
 
 
 async def aplan(
-    tools: list[dict[str, Any]] | None,
-    tool_choice: str | dict[str, Any] | None,
+    tools: list[dict[str, object]] | None,
+    tool_choice: str | dict[str, object] | None,
     parallel_tool_calls: bool | None,
     fmt: ToolFormat,
 ) -> ToolPlan | None:
@@ -198,7 +198,7 @@ def new_call_id() -> str:
     return f"call_{uuid.uuid4().hex[:24]}"
 
 
-def openai_calls(calls: tuple[RawCall, ...], ids: list[str]) -> list[dict[str, Any]]:
+def openai_calls(calls: tuple[RawCall, ...], ids: list[str]) -> list[dict[str, object]]:
     return [
         {"id": cid, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
         for c, cid in zip(calls, ids, strict=True)

@@ -4,14 +4,15 @@ response shaping and streaming. See calls.py for the contract."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any, Protocol
 
+from runtime.engine.engine import Engine
 from runtime.server.bridge import SSE_DONE, close_stream, sse, sse_error
 from runtime.server.errors import ApiError
 from runtime.server.openai_usage import finish_of, usage
 from runtime.server.reasoning import REASONING, ReasoningStream
-from runtime.server.schemas import ChatCompletionRequest
+from runtime.server.schemas import ChatCompletionRequest, _OpenAIBase
 from runtime.server.state import ServerState
 from runtime.server.tools.calls import ToolPlan, aplan, new_call_id, openai_calls, split_output
 from runtime.server.tools.formats import DEFAULT_FORMAT, FORMATS
@@ -23,7 +24,21 @@ from runtime.server.tools.prompt import (
     template_takes_tools,
     tools_block,
 )
-from runtime.server.tools.stream import ArgsDelta, CallStart, CallStreamer, Content
+from runtime.server.tools.stream import ArgsDelta, CallStart, CallStreamer, Content, Event
+
+
+class ChatCall(Protocol):
+    """What a tool stream needs of the OpenAI route's per-request shaping (openai_api's `_Call`,
+    which imports this module: a protocol instead of an import cycle)."""
+
+    @property
+    def req(self) -> _OpenAIBase: ...
+
+    on_done: Callable[[list[dict[str, object]]], None] | None
+
+    def _envelope(self, object_: str, choices: list[dict[str, object]]) -> dict[str, Any]: ...
+
+    def _with_usage(self, body: dict[str, object], meta: dict[str, object]) -> dict[str, object]: ...
 
 
 class ToolCalling:
@@ -46,7 +61,7 @@ class ToolCalling:
         return p
 
     @staticmethod
-    def touches_tools(messages: list[dict[str, Any]]) -> bool:
+    def touches_tools(messages: list[dict[str, object]]) -> bool:
         return any(m.get("tool_calls") or m["role"] == "tool" for m in messages)
 
     @staticmethod
@@ -59,9 +74,9 @@ class ToolCalling:
 
     async def prompt(
         self,
-        messages: list[dict[str, Any]],
+        messages: list[dict[str, object]],
         p: ToolPlan | None,
-        template_kwargs: dict[str, Any] | None = None,
+        template_kwargs: dict[str, object] | None = None,
         generation: bool = True,
     ) -> tuple[str, list[Hit]]:
         """The prompt text and the earlier tool-call turns restored from the memo, in order (their
@@ -90,7 +105,7 @@ class ToolCalling:
 
     def constrain(
         self, sampling: Mapping[str, Any], req: ChatCompletionRequest, p: ToolPlan
-    ) -> dict[str, Any]:
+    ) -> dict[str, object]:
         """`sampling` with the plan's grammar (a JSON response_format joins it under `auto`)."""
         out = dict(sampling)
         text_schema = None
@@ -132,7 +147,7 @@ class ToolCalling:
 
     async def stream(
         self,
-        call: Any,
+        call: ChatCall,
         chunks: AsyncIterator[dict[str, Any]],
         p: ToolPlan,
         thinking: ReasoningStream | None = None,
@@ -157,7 +172,7 @@ class ToolCalling:
         finally:
             await close_stream(chunks)
         if last is not None:
-            if getattr(call, "on_done", None) is not None:
+            if call.on_done is not None:
                 call.on_done([last])
             text = last.get("text", "")
             content = text if thinking is None else thinking.parser.split(text, thinking.opened).content
@@ -172,19 +187,19 @@ class ToolCalling:
         text: str,
         ids: list[str],
         done: bool = False,
-    ) -> list[dict[str, Any]]:
+    ) -> list[dict[str, object]]:
         """The deltas of one engine chunk (cumulative `text`): reasoning first, then content / calls."""
         if thinking is None:
             return _deltas(streamer.finish() if done else streamer.feed(text), ids)
         pieces = thinking.finish(text) if done else thinking.feed(text)
-        out = [{"reasoning_content": t} for kind, t in pieces if kind == REASONING]
+        out: list[dict[str, object]] = [{"reasoning_content": t} for kind, t in pieces if kind == REASONING]
         content = "".join(t for kind, t in pieces if kind != REASONING)
         if content or done:
             events = streamer.feed(streamer.text + content)
             out += _deltas(events + streamer.finish() if done else events, ids)
         return out
 
-    def _tail(self, call: Any, last: dict[str, Any], ids: list[str], content: str) -> list[bytes]:
+    def _tail(self, call: ChatCall, last: dict[str, Any], ids: list[str], content: str) -> list[bytes]:
         meta = last.get("meta_info", {})
         self.state.observe("openai", last, stream=True)
         reason = finish_of(meta)[0]
@@ -206,7 +221,7 @@ class ToolCalling:
         return events
 
 
-def exact_ids(engine: Any, out: dict[str, Any]) -> tuple[int, ...] | None:
+def exact_ids(engine: Engine, out: dict[str, Any]) -> tuple[int, ...] | None:
     """The output's tokens without a final stop token, if they decode to exactly its text (with
     special tokens skipped, as the text is detokenized by default: Llama 3's `<|python_tag|>`)."""
     ids = list(out.get("output_ids") or [])
@@ -222,8 +237,8 @@ def exact_ids(engine: Any, out: dict[str, Any]) -> tuple[int, ...] | None:
     return None
 
 
-def _deltas(events: list[Any], ids: list[str]) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
+def _deltas(events: list[Event], ids: list[str]) -> list[dict[str, object]]:
+    out: list[dict[str, object]] = []
     for e in events:
         if isinstance(e, Content):
             out.append({"content": e.text})
@@ -238,7 +253,7 @@ def _deltas(events: list[Any], ids: list[str]) -> list[dict[str, Any]]:
     return out
 
 
-def _chunk(call: Any, delta: dict[str, Any], reason: str | None = None) -> dict[str, Any]:
+def _chunk(call: ChatCall, delta: dict[str, object], reason: str | None = None) -> dict[str, object]:
     choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": reason}
     return call._envelope("chat.completion.chunk", [choice])
 

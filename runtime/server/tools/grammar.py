@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
 
 from runtime.server.tools.formats import ToolFormat
 
@@ -41,7 +40,7 @@ def _regex_escape(text: str) -> str:
     return "".join(out)
 
 
-def _rebase_refs(node: Any, base: str) -> Any:
+def _rebase_refs(node: object, base: str) -> object:
     """Point local `$ref`s (`#...`) of a tool's schema at its new home `base` in the merged schema."""
     if isinstance(node, dict):
         return {
@@ -57,7 +56,7 @@ def _rebase_refs(node: Any, base: str) -> Any:
     return node
 
 
-def call_schema(tools: Sequence[tuple[str, dict[str, Any]]], args_key: str) -> dict[str, Any]:
+def call_schema(tools: Sequence[tuple[str, dict[str, object]]], args_key: str) -> dict[str, object]:
     """One JSON schema for `{"name": N, args_key: ARGS}` over all `(name, parameters)` given."""
     options, defs = [], {}
     for i, (name, params) in enumerate(tools):
@@ -71,7 +70,7 @@ def call_schema(tools: Sequence[tuple[str, dict[str, Any]]], args_key: str) -> d
                 "additionalProperties": False,
             }
         )
-    root: dict[str, Any] = options[0] if len(options) == 1 else {"anyOf": options}
+    root: dict[str, object] = options[0] if len(options) == 1 else {"anyOf": options}
     return {**root, "$defs": defs, "x-guidance": {"whitespace_flexible": False}}
 
 
@@ -95,9 +94,9 @@ def _block(fmt: ToolFormat, call_rule: str, parallel: bool, opened: bool) -> str
 def build(
     fmt: ToolFormat,
     choice: str,
-    tools: Sequence[tuple[str, dict[str, Any]]],
+    tools: Sequence[tuple[str, dict[str, object]]],
     parallel: bool,
-    text_schema: dict[str, Any] | None = None,
+    text_schema: dict[str, object] | None = None,
     begin_token: bool = False,
 ) -> str:
     """The Lark grammar for `choice` in none | auto | required (a named tool: pass only that tool and

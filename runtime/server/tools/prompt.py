@@ -185,12 +185,12 @@ def splice_ids(text: str, hits: list[Hit], tokenize: Callable[[str], list[int]])
     return ids + tokenize(text[pos:])
 
 
-def template_takes_tools(tokenizer: Any) -> bool:
+def template_takes_tools(tokenizer: object) -> bool:
     template = getattr(tokenizer, "chat_template", None)
     return isinstance(template, str) and "tools" in template
 
 
-def native_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def native_messages(messages: list[dict[str, Any]]) -> list[dict[str, object]]:
     """OpenAI history for a template with tool support: arguments as objects (HF's convention)."""
     out = []
     for i, msg in enumerate(messages):
