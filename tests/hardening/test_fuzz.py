@@ -52,8 +52,18 @@ class Tally:
 
 
 @pytest.fixture(scope="module")
-def tally() -> Tally:
+def module_tally() -> Tally:
     return Tally()
+
+
+@pytest.fixture()
+def tally(module_tally: Tally) -> Iterator[Tally]:
+    """Each test checks its own answers: run alone, it still fails on a 5xx (the last test
+    checks the module's totals, health and integrity)."""
+    seen = len(module_tally.server_errors)
+    yield module_tally
+    fresh = module_tally.server_errors[seen:]
+    assert not fresh, "\n".join(fresh[:20])
 
 
 @pytest.fixture(scope="module")
