@@ -79,6 +79,7 @@ def test_stub_workers_register(stubs: Cluster) -> None:
     assert all(w["is_healthy"] for w in workers)
 
 
+@pytest.mark.slow  # kills and restarts processes, or sends hundreds of requests: seconds each
 def test_session_keys_stick_and_spread(stubs: Cluster) -> None:
     """min_group counts the keys with requests in flight (sequential new keys are placed about at
     random: 5/3 of 8 on both routers), so the first steps of the four sessions overlap, each held

@@ -103,6 +103,7 @@ def _wait_for(predicate, timeout_s: float) -> bool:
     return False
 
 
+@pytest.mark.slow  # kills and restarts processes, or sends hundreds of requests: seconds each
 def test_killed_worker_leaves_rotation_restarts_and_rejoins(supervised) -> None:
     cluster, sup = supervised
     keys = [f"s{i}" for i in range(8)]
@@ -163,6 +164,7 @@ def test_killed_worker_leaves_rotation_restarts_and_rejoins(supervised) -> None:
     assert "w2" in {c.worker for c in fresh}, fresh  # w2: the restarted worker's name
 
 
+@pytest.mark.slow  # kills and restarts processes, or sends hundreds of requests: seconds each
 def test_restarts_are_bounded_and_the_rest_keeps_serving(tmp_path: Path) -> None:
     router = next((r for r in ("smg", "sglang-router") if router_available(r)), None)
     if router is None:
