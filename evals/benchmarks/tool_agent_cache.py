@@ -17,13 +17,11 @@ import json
 import os
 import socket
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from runtime.server.cli import serve_argv
+from runtime.server.ready import NotReady, wait_ready
 
 QUESTIONS = [
     "What is the weather in Oslo?",
@@ -49,18 +47,12 @@ def start_server(port: int, max_total_tokens: int, *extra: str) -> subprocess.Po
         *extra,
     ]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 600
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode}")
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
-                return proc
-        except httpx.TransportError:
-            pass
-        time.sleep(0.5)
-    proc.terminate()
-    raise RuntimeError("server not ready in time")
+    try:
+        wait_ready(f"http://127.0.0.1:{port}", proc, timeout_s=600)
+    except NotReady:
+        proc.terminate()
+        raise
+    return proc
 
 
 def run_conversation(url: str, calls: int, max_tokens: int) -> list[dict[str, Any]]:

@@ -28,6 +28,7 @@ import httpx
 import psutil
 
 from runtime.server.cli import serve_argv
+from runtime.server.ready import wait_ready
 
 WORDS = [
     "alpha",
@@ -100,20 +101,6 @@ def start_server(config: SoakConfig, port: int, log_path: Path) -> subprocess.Po
         "warning",
     ]
     return subprocess.Popen(cmd, stdout=log_path.open("wb"), stderr=subprocess.STDOUT)
-
-
-def wait_ready(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 300.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode} before it was ready")
-        try:
-            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.5)
-    raise RuntimeError("server not ready in time")
 
 
 def prompt_for(session: int, turn: int, long: bool) -> str:

@@ -38,6 +38,7 @@ from typing import Any
 
 from evals.hardening import isolation, soak
 from runtime.server.cli import serve_argv
+from runtime.server.ready import wait_ready
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -188,7 +189,7 @@ def run_isolation(cfg: StressConfig, out: Path) -> dict[str, Any]:
     with (out / "isolation-server.log").open("wb") as log:
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
         try:
-            soak.wait_ready(url, proc)
+            wait_ready(url, proc)
             result = isolation.measure(url, samples=cfg.isolation_samples, words=150)
         finally:
             exit_code = _stop(proc)

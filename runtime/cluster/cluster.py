@@ -39,6 +39,7 @@ from pathlib import Path
 import httpx
 
 from runtime.server.cli import serve_argv
+from runtime.server.ready import NotReady, wait_ready
 
 #: the routers `Cluster` can start, preferred first (what `router="auto"` picks)
 ROUTERS: tuple[str, ...] = ("smg", "sglang-router")
@@ -423,19 +424,8 @@ def _signal_group(popen: subprocess.Popen[bytes], sig: signal.Signals) -> None:
 
 
 def _wait_http(proc: Proc, path: str, deadline: float, ready: Callable[[httpx.Response], bool]) -> None:
-    """Poll `proc.url + path` until `ready(response)`; ClusterError when the process dies or time runs out.
-    The wait between polls starts at 50 ms and doubles up to 0.5 s: a model-free stub is up in
-    ~0.1 s, a model worker in tens of seconds."""
-    pause = 0.05
-    while True:
-        if not proc.alive():
-            raise ClusterError(
-                f"{proc.name} exited with {proc.popen.returncode}; log {proc.log}:\n{proc.tail()}"
-            )
-        with contextlib.suppress(httpx.HTTPError, ValueError):
-            if ready(httpx.get(proc.url + path, timeout=5)):
-                return
-        if time.monotonic() > deadline:
-            raise ClusterError(f"{proc.name} not ready at {proc.url}{path}; log {proc.log}:\n{proc.tail()}")
-        time.sleep(pause)
-        pause = min(0.5, pause * 2)
+    """`wait_ready` on one of the cluster's processes; ClusterError (with its log) when it fails."""
+    try:
+        wait_ready(proc.url, proc.popen, path=path, timeout_s=deadline - time.monotonic(), ready=ready)
+    except NotReady as exc:
+        raise ClusterError(f"{proc.name}: {exc}; log {proc.log}:\n{proc.tail()}") from None

@@ -36,6 +36,7 @@ from runtime.backends.retry import with_retries  # noqa: E402
 from runtime.backends.sglang import SGLangBackend  # noqa: E402
 from runtime.errors import BackendError  # noqa: E402
 from runtime.server.cli import serve_argv  # noqa: E402
+from runtime.server.ready import NotReady, wait_ready  # noqa: E402
 from tests.support.fake_backend import FakeBackend  # noqa: E402
 
 STALL_S = 1.0  # how long a "stall" fault sleeps; the client timeout in these tests is shorter
@@ -401,15 +402,10 @@ def served(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline and proc.poll() is None:
-            try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.5)
-        else:
-            pytest.fail(f"server not ready: {(tmp_path / 'server.log').read_text()[-2000:]}")
+        try:
+            wait_ready(url, proc, timeout_s=300)
+        except NotReady as exc:
+            pytest.fail(f"{exc}: {(tmp_path / 'server.log').read_text()[-2000:]}")
         yield proc, url
     finally:
         if proc.poll() is None:

@@ -16,7 +16,6 @@ import random
 import socket
 import subprocess
 import sys
-import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +23,8 @@ from typing import Any
 
 import httpx
 import pytest
+
+from runtime.server.ready import NotReady, wait_ready
 
 ROOT = Path(__file__).resolve().parents[2]
 LONG = os.environ.get("RADIXAGENT_FUZZ_LONG", "") not in ("", "0")
@@ -83,18 +84,10 @@ class Served:
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         self.log = log.open("wb")
         self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 240
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited with {self.proc.returncode}: {log.read_text()[-2000:]}")
-            try:
-                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError("server did not start")
-            time.sleep(0.5)
+        try:
+            wait_ready(self.url, self.proc, timeout_s=240)
+        except NotReady as exc:
+            raise RuntimeError(f"{exc}: {log.read_text()[-2000:]}") from None
 
     def stop(self) -> int | None:
         if self.proc.poll() is None:

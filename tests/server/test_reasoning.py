@@ -9,7 +9,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -17,6 +16,7 @@ import pytest
 
 from runtime import Engine
 from runtime.server import ServerArgs, create_app
+from runtime.server.ready import NotReady, wait_ready
 from tests.families import build_family
 from tests.support.server_util import LiveServer
 
@@ -225,14 +225,7 @@ def _free_port() -> int:
 
 
 def _wait_healthy(url: str, proc: subprocess.Popen) -> None:
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"serve exited: {proc.stderr.read() if proc.stderr else ''}")
-        try:
-            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    raise AssertionError("serve did not become healthy")
+    try:
+        wait_ready(url, proc, timeout_s=120)
+    except NotReady as exc:
+        raise AssertionError(f"{exc}: {proc.stderr.read() if proc.stderr else ''}") from None
