@@ -97,7 +97,10 @@ class Scheduler:
         decode_kernel: DecodeKernel | None = None,
     ) -> None:
         self.model, self.manager, self.tokenizer = model, manager, tokenizer
-        self.deterministic, self.decode_kernel = deterministic, decode_kernel
+        # the exact fast path (quantized weights with the native kernel) gives a token the same
+        # bits in any step, as the flag does: the engine treats both alike (logprob matching)
+        self.deterministic = deterministic or model.exact(deterministic, decode_kernel)
+        self.decode_kernel = decode_kernel
         #: what decode attention runs on (EngineConfig.attention_backend as resolved)
         self.attention_backend = "native_cpu" if decode_kernel is not None else "torch_native"
         self.eos_ids, self.max_running, self.chunk_size = eos_ids, max_running, chunk_size

@@ -131,6 +131,7 @@ class DecodeKernel:
     int8_fn: ctypes._CFuncPtr  # type: ignore[name-defined]
     rms_fn: ctypes._CFuncPtr  # type: ignore[name-defined]
     layer_fn: ctypes._CFuncPtr  # type: ignore[name-defined]
+    prefill_fn: ctypes._CFuncPtr  # type: ignore[name-defined]
     linear_fn: ctypes._CFuncPtr  # type: ignore[name-defined]
     #: silu(gate) * up on bf16 rows with torch's exp, or None where its bits differ from torch's
     #: here (checked at load over every bf16 input) or torch's exp cannot be found
@@ -161,6 +162,9 @@ class DecodeKernel:
         layer = lib.decode_layer
         layer.argtypes = [p, i64, i64, ctypes.c_int32, p, i64, p, p, p]
         layer.restype = ctypes.c_int
+        prefill = lib.prefill_attention
+        prefill.argtypes = [ctypes.POINTER(_Plan), i64, i64, i64, p, p]
+        prefill.restype = ctypes.c_int
         linear = lib.linear_f32_invariant
         linear.argtypes = [p, p, p, p, i64, i64, i64, ctypes.c_int32]
         linear.restype = ctypes.c_int
@@ -170,7 +174,7 @@ class DecodeKernel:
         exp16 = _torch_exp16()
         bound = (silu, exp16) if exp16 is not None else None
         silu_ok = bound if bound is not None and _silu_matches_torch(bound) else None
-        return cls(fn, int8, rms, layer, linear, silu_ok)
+        return cls(fn, int8, rms, layer, prefill, linear, silu_ok)
 
     @staticmethod
     def plan(
@@ -218,6 +222,18 @@ class DecodeKernel:
             raise KernelUnavailable("decode_attention refused its plan")  # plan() checked the shapes
         return out
 
+    def prefill(self, plan: DecodePlan, layer: int, q: torch.Tensor) -> torch.Tensor:
+        """Layer `layer`'s attention for the plan's last q.shape[0] positions (q: [n, heads,
+        head_dim] float32, their K/V stored): [n, heads * hd]. Each row is the same bits as a
+        decode step at its position would give (decode_attention.c's prefill_attention)."""
+        n = q.shape[0]
+        q = q.contiguous()
+        out = torch.empty(n, plan.heads * plan.head_dim, dtype=torch.float32)
+        first = plan.plan.n - n
+        if self.prefill_fn(ctypes.byref(plan.plan), layer, first, n, q.data_ptr(), out.data_ptr()) != 0:
+            raise KernelUnavailable("prefill_attention refused its plan")
+        return out
+
     def layer_step(
         self, plans: DecodePlans, layer: int, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
     ) -> torch.Tensor:
@@ -245,10 +261,10 @@ class DecodeKernel:
     def int8_linear(
         self, x: torch.Tensor, weight: torch.Tensor, scales32: torch.Tensor
     ) -> torch.Tensor | None:
-        """x [m, k] times an int8 [n, k] matrix with float32 row scales: float32 [m, n]; None
-        where the kernel does not take it (more than 4 rows: PyTorch's kernel batches better)."""
+        """x [m, k] times an int8 [n, k] matrix with float32 row scales: float32 [m, n], each row
+        the same bits whatever rows share the call; None where the kernel does not take it."""
         m, k = x.shape
-        if m > 4 or weight.dtype != torch.int8 or not weight.is_contiguous() or weight.shape[1] != k:
+        if weight.dtype != torch.int8 or not weight.is_contiguous() or weight.shape[1] != k:
             return None
         xf = x.float().contiguous()
         out = torch.empty(m, weight.shape[0], dtype=torch.float32)

@@ -48,6 +48,10 @@ class HFModel:
         self.dtype, self.device = dtype, device
         self.kv_dtype = dtype
 
+    def exact(self, deterministic: bool, kernel: object) -> bool:
+        """Never: transformers' kernels pick their blocking from each call's shapes."""
+        return False
+
     @torch.inference_mode()
     def forward(
         self, segments: list[Segment], deterministic: bool = False, decode_kernel: object = None

@@ -18,7 +18,7 @@ from runtime.cache.kv_format import KVFormat
 from runtime.cache.seq_kv import SeqKV
 from runtime.model.attention import InvariantAttention, padded_length
 from runtime.model.config import SUPPORTED, ModelConfig, UnsupportedModel
-from runtime.model.decode_kernel import DecodeKernel, DecodePlan, DecodePlans, silu_mul
+from runtime.model.decode_kernel import ACTS, DecodeKernel, DecodePlan, DecodePlans, silu_mul
 from runtime.model.quant import Dense, Int8, Linear, WeightFormat
 from runtime.model.rope import tables
 
@@ -177,6 +177,18 @@ class LlamaModel:
         rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
         return x * cos + rotated * sin
 
+    def exact(self, deterministic: bool, kernel: DecodeKernel | None) -> bool:
+        """Whether steps run the exact fast path: every token computed with the arithmetic of a
+        decode step at its position (the native kernel's attention for prompt rows too, one norm
+        and one lm_head kernel for every row count), so its logits and K/V are the same bits cold,
+        cached, batched or in any chunk, at the decode kernel's speed. Needs the kernel, bf16 or
+        float32 activations, and matmuls whose rows do not depend on the rows beside them:
+        quantized weights (torch's int4/int8 kernels are), or the deterministic flag (float32:
+        `linear_f32`)."""
+        if kernel is None or self.dtype not in ACTS or self.device != "cpu":
+            return False
+        return deterministic or not isinstance(self.layers[0].qkv, Dense)
+
     @torch.inference_mode()
     def forward(
         self, segments: list[Segment], deterministic: bool = False, decode_kernel: DecodeKernel | None = None
@@ -186,8 +198,8 @@ class LlamaModel:
         Appends the new tokens' K/V to each segment's SeqKV (length advances). `deterministic`:
         batch-invariant kernels (runtime/model/attention.py), so a token's logits and K/V are the same
         bits whichever requests, chunk or cache hit it is computed with. `decode_kernel`: one-token
-        segments' attention read straight from the stored KV format (runtime/model/decode_kernel.py;
-        not with `deterministic`); None: PyTorch's SDPA over float32 K/V.
+        segments' attention read straight from the stored KV format (runtime/model/decode_kernel.py),
+        and on the exact path (`exact`) every segment's; None: PyTorch's SDPA over float32 K/V.
         """
         cfg = self.cfg
         lens = [len(s.ids) for s in segments]
@@ -200,10 +212,13 @@ class LlamaModel:
         # a step of one-token requests only (decode): rope, K/V store and attention in one native
         # call per layer (the same bits as the torch ops below, ~20 fewer ops per layer), and no
         # per-layer views of the planes to build
-        plans = self._decode_plans(segments, deterministic, decode_kernel)
-        views = [] if plans is not None else self._views(segments, lens, deterministic, decode_kernel)
-        scratch = self._scratch(views, deterministic)
-        mm, rms, act = self._step_ops(deterministic, decode_kernel, len(ids))
+        exact = self.exact(deterministic, decode_kernel)
+        blocked = deterministic and not exact  # InvariantAttention: no kernel, or float16
+        kernel = None if blocked else decode_kernel
+        plans = self._decode_plans(segments, kernel)
+        views = [] if plans is not None else self._views(segments, lens, blocked, kernel, exact)
+        scratch = self._scratch(views, blocked)
+        mm, rms, act = self._step_ops(deterministic, exact, decode_kernel, len(ids))
         x = self._embed(ids)  # [N, hidden]
         qd, kd = cfg.heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim
         for li, layer in enumerate(self.layers):
@@ -211,55 +226,75 @@ class LlamaModel:
             if layer.qk_norm is not None:
                 h = self._qk_norm(h, layer.qk_norm)
             if plans is not None:
-                assert decode_kernel is not None
-                attn = decode_kernel.layer_step(plans, li, h, cos_rows, sin_rows)
+                assert kernel is not None
+                attn = kernel.layer_step(plans, li, h, cos_rows, sin_rows)
             else:
                 qk = self._rope(h[:, : qd + kd].view(-1, cfg.heads + cfg.kv_heads, cfg.head_dim), cos, sin)
                 q, k = qk[:, : cfg.heads], qk[:, cfg.heads :]  # rotated together: half the ops
                 v = h[:, qd + kd :].view(-1, cfg.kv_heads, cfg.head_dim)
-                attn = self._attend(li, views, lens, q, k, v, scratch, decode_kernel)  # [N, qd]
+                attn = self._attend(li, views, lens, q, k, v, scratch, kernel)  # [N, qd]
             x = x + mm(layer.o, attn)
             x = x + mm(layer.down, act(mm(layer.gate_up, rms(x, layer.ln2))))
         for s, n in zip(segments, lens, strict=True):
             s.kv.length += n
         ends = torch.tensor(lens).cumsum(0)
+        head = functools.partial(self._lm_head, mm=mm, kernel=kernel, every_count=exact)
         if any(s.logits_from >= 0 for s in segments):
-            return self._logits_with_prompt(segments, x, ends.tolist(), mm)
-        last = rms(x[(ends - 1).to(self.device)], self.norm)
-        if decode_kernel is not None and not deterministic and isinstance(self.lm_head, Int8):
-            # the largest matrix of a quantized model's step, read at the memory's speed
-            logits = decode_kernel.int8_linear(last, self.lm_head.weight, self.lm_head.scales32)
+            # the exact path's prompt rows: the same norm and head kernels as a step's last rows
+            return self._logits_with_prompt(segments, x, ends.tolist(), rms if exact else self._rms, head)
+        return head(rms(x[(ends - 1).to(self.device)], self.norm))
+
+    def _lm_head(
+        self,
+        x: torch.Tensor,
+        mm: Callable[[Linear, torch.Tensor], torch.Tensor],
+        kernel: DecodeKernel | None,
+        every_count: bool,
+    ) -> torch.Tensor:
+        """Logits [m, vocab] float32 of final-norm rows x. A quantized model's int8 lm_head, the
+        largest matrix of its step, runs natively at the memory's speed: for a decode step's few
+        rows, and on the exact path for any number (its rows do not depend on the rows beside
+        them; torch's int8 kernel batches more rows faster but sums in another order)."""
+        if kernel is not None and isinstance(self.lm_head, Int8) and (every_count or x.shape[0] <= 4):
+            logits = kernel.int8_linear(x, self.lm_head.weight, self.lm_head.scales32)
             if logits is not None:
                 return logits
-        return mm(self.lm_head, last).float()
+        return mm(self.lm_head, x).float()
 
     def _views(
-        self, segments: list[Segment], lens: list[int], deterministic: bool, kernel: DecodeKernel | None
+        self,
+        segments: list[Segment],
+        lens: list[int],
+        blocked: bool,
+        kernel: DecodeKernel | None,
+        exact: bool,
     ) -> list[_Views]:
-        args = (self.device, self.kv_dtype, deterministic, kernel, self.cfg.heads)
+        args = (self.device, self.kv_dtype, blocked, kernel, self.cfg.heads, exact)
         return [_Views.of(s.kv, n, *args) for s, n in zip(segments, lens, strict=True)]
 
     def _step_ops(
-        self, deterministic: bool, decode_kernel: DecodeKernel | None, tokens: int
+        self, deterministic: bool, exact: bool, decode_kernel: DecodeKernel | None, tokens: int
     ) -> tuple[Callable[..., torch.Tensor], Callable[..., torch.Tensor], Callable[..., torch.Tensor]]:
-        """The step's matmul, norm and activation: batch-invariant ones when `deterministic`, native
-        one-call ones for a small bf16 decode step, torch's otherwise."""
+        """The step's matmul, norm and activation: batch-invariant matmuls when `deterministic`,
+        the native norm for every row count on the exact path (its rows do not depend on the
+        count; torch's and the native norm sum in other orders), native one-call ones for a small
+        bf16 decode step, torch's otherwise."""
         mm = self._invariant_mm(decode_kernel) if deterministic and self._dense else _call
-        if decode_kernel is not None and not deterministic and self.dtype == torch.bfloat16 and tokens <= 16:
+        small = not deterministic and tokens <= 16
+        if decode_kernel is not None and self.dtype == torch.bfloat16 and (exact or small):
             # a decode step's norms: one native call each instead of ~6 small torch ops (~35 us);
-            # silu_mul: torch's bits, one call instead of chunk, silu and mul
+            # silu_mul: torch's bits, one call instead of chunk, silu and mul (torch's own for
+            # many rows: the same bits, over all the cores)
             return (
                 mm,
                 functools.partial(decode_kernel.rms_norm_bf16, eps=self.cfg.eps),
-                decode_kernel.silu_mul,
+                decode_kernel.silu_mul if tokens <= 16 else silu_mul,
             )
         return mm, self._rms, silu_mul
 
-    def _decode_plans(
-        self, segments: list[Segment], deterministic: bool, kernel: DecodeKernel | None
-    ) -> DecodePlans | None:
+    def _decode_plans(self, segments: list[Segment], kernel: DecodeKernel | None) -> DecodePlans | None:
         """Every segment's native plan when the step is one new token each, else None."""
-        if kernel is None or deterministic or any(len(s.ids) != 1 for s in segments):
+        if kernel is None or any(len(s.ids) != 1 for s in segments):
             return None
         plans = []
         for s in segments:
@@ -299,7 +334,8 @@ class LlamaModel:
         segments: list[Segment],
         x: torch.Tensor,
         ends: list[int],
-        mm: Callable[[Linear, torch.Tensor], torch.Tensor],
+        rms: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+        head: Callable[[torch.Tensor], torch.Tensor],
     ) -> torch.Tensor:
         """Last-token logits [S, vocab], and every row from `logits_from` on where a segment asks."""
         spans = [
@@ -307,7 +343,7 @@ class LlamaModel:
             for s, end in zip(segments, ends, strict=True)
         ]
         rows = torch.cat([torch.arange(a, b) for a, b in spans]).to(self.device)
-        logits = mm(self.lm_head, self._rms(x[rows], self.norm)).float()
+        logits = head(rms(x[rows], self.norm))
         parts = logits.split([b - a for a, b in spans])
         for s, part in zip(segments, parts, strict=True):
             if s.logits_from >= 0:
@@ -341,7 +377,7 @@ class LlamaModel:
             if vw.decode is not None:
                 assert kernel is not None
                 vw.store(li, ki.transpose(0, 1), vi.transpose(0, 1))
-                outs.append(kernel(vw.decode, li, qi[0]))
+                outs.append(kernel(vw.decode, li, qi[0]) if n == 1 else kernel.prefill(vw.decode, li, qi))
                 continue
             k_all, v_all = vw.keys_values(li, ki.transpose(0, 1), vi.transpose(0, 1), scratch)
             if vw.deterministic:
@@ -412,7 +448,8 @@ class _Views:
     planes: tuple[torch.Tensor, ...] = ()  # gather mode: the pool's planes
     idx: torch.Tensor | None = None  # gather mode: rows of the m + n positions
     new_idx: torch.Tensor | None = None  # gather mode: rows of the n new ones
-    decode: DecodePlan | None = None  # one new token, read by the native kernel from the planes
+    #: read by the native kernel from the planes: one new token, or any number on the exact path
+    decode: DecodePlan | None = None
 
     @property
     def needs_scratch(self) -> bool:
@@ -454,20 +491,21 @@ class _Views:
         deterministic: bool,
         kernel: DecodeKernel | None,
         heads: int,
+        exact: bool = False,
     ) -> _Views:
         m = kv.length  # positions already stored for this request (prefix)
         span = padded_length(m + n) if deterministic else m + n
+        fmt, causal = kv.format, n > 1 and m == 0
+        at = _rows(kv, n, span)
+        plan = None
+        if kernel is not None and (n == 1 or exact) and not deterministic:
+            plan = kernel.plan(kv.planes, fmt, at, m + n, heads)
         mask = None
-        if n > 1 and m > 0 and not deterministic:
+        if n > 1 and m > 0 and not deterministic and plan is None:
             seen = (
                 torch.arange(m + n, device=device)[None, :] <= (m + torch.arange(n, device=device))[:, None]
             )
             mask = torch.zeros(seen.shape, dtype=dtype, device=device).masked_fill_(~seen, float("-inf"))
-        fmt, causal = kv.format, n > 1 and m == 0
-        at = _rows(kv, n, span)
-        plan = None
-        if kernel is not None and n == 1 and not deterministic:
-            plan = kernel.plan(kv.planes, fmt, at, m + n, heads)
         if not isinstance(at, int):
             return cls(
                 (), (), [], [], mask, causal, fmt, m + n, span, deterministic, kv.planes, at, at[m:], plan

@@ -144,9 +144,46 @@ def test_int8_linear_matches_float_matmul(kernel, m, k):
     torch.testing.assert_close(out, x.float() @ (w.float() * scales[:, None]).T, atol=1e-4, rtol=1e-4)
 
 
-def test_int8_linear_leaves_larger_batches_to_torch(kernel):
-    w = torch.zeros(64, 32, dtype=torch.int8)
-    assert kernel.int8_linear(torch.zeros(5, 32), w, torch.ones(64)) is None
+@pytest.mark.parametrize("k", [576, 40])
+def test_int8_linear_rows_do_not_depend_on_the_rows_beside_them(kernel, k):
+    """The exact path's lm_head: a prompt's rows (any count, four at a time) give each row the
+    bits it gets alone in a decode step."""
+    g = torch.Generator().manual_seed(k)
+    w = torch.randint(-127, 128, (1000, k), dtype=torch.int8, generator=g)
+    scales = torch.rand(1000, generator=g) * 0.01
+    x = torch.randn(23, k, generator=g).bfloat16()
+    whole = kernel.int8_linear(x, w, scales)
+    assert whole is not None
+    for i in (0, 4, 5, 22):
+        assert torch.equal(kernel.int8_linear(x[i : i + 1], w, scales), whole[i : i + 1])
+    for a, b in ((0, 5), (3, 10), (17, 23)):
+        assert torch.equal(kernel.int8_linear(x[a:b], w, scales), whole[a:b])
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int8"])
+@pytest.mark.parametrize("scattered", [False, True])
+def test_prefill_rows_are_decode_steps_to_the_bit(kernel, dtype, scattered):
+    """prefill_attention: each query of a chunk gets exactly what a decode step at its position
+    gets (same key parts, same merge), whatever the chunk's first position or length, over
+    contiguous or scattered rows, with float32 queries and bf16-exact ones (the pair-dot path)."""
+    fmt = KVFormat.resolve(dtype, torch.float32, torch.float32)
+    total = 600
+    planes = _planes(fmt, 2, 3, total, 64, seed=11)
+    g = torch.Generator().manual_seed(12)
+    rows = torch.randperm(total, generator=g) if scattered else 0
+    q = torch.randn(total, 9, 64, generator=g)
+    if dtype == "bfloat16":
+        q[::2] = q[::2].bfloat16().float()
+    for first, count in ((0, 600), (0, 1), (255, 3), (256, 300), (599, 1)):
+        plan = kernel.plan(planes, fmt, rows, first + count, 9)
+        assert plan is not None
+        out = kernel.prefill(plan, 1, q[first : first + count])
+        for i in (0, count // 2, count - 1):
+            one = kernel.plan(planes, fmt, rows if scattered else 0, first + i + 1, 9)
+            assert one is not None
+            p = first + i
+            assert torch.equal(kernel(one, 1, q[p]), out[i : i + 1]), (first, count, i)
+    _assert_matches_sdpa(out[-1:], fmt, planes, 1, rows[:600] if scattered else (0, 600), q[599].reshape(9, 64))
 
 
 def test_rms_norm_bf16_matches_the_torch_ops_to_the_last_bit_but_rarely(kernel):

@@ -294,14 +294,68 @@ static int exact_bf16(const float *q, int count) {
 
 static size_t elem_size(int dtype) { return dtype == KV_F32 ? 4 : dtype == KV_I8 ? 1 : 2; }
 
+/* q times the softmax scale into qs, and its bfloat16 bits into qb where every value is exact in
+ * bfloat16; returns whether they are. One out-of-line copy for decode and prefill alike: a query's
+ * arithmetic must not depend on which of them computes it. */
+__attribute__((noinline)) static int scale_q(const Plan *p, const float *q, int nq, float *qs, uint16_t *qb) {
+    for (int i = 0; i < nq; i++) qs[i] = q[i] * p->scale;
+    const int bf16_dot = p->dtype == KV_BF16 && exact_bf16(qs, nq);
+    for (int i = 0; bf16_dot && i < nq; i++) {
+        uint32_t u;
+        memcpy(&u, qs + i, sizeof u);
+        qb[i] = (uint16_t)(u >> 16);
+    }
+    return bf16_dot;
+}
+
+/* One kv head's chunk results (each [m(g) | l(g) | acc(g * hd)], in key order) -> its g query
+ * heads' outputs [g * hd]: the flash-decoding merge, in chunk order. Out of line for the same
+ * reason as scale_q. */
+__attribute__((noinline)) static void merge_head(const float *part, int64_t chunks, int g, int hd, float *out) {
+    const int64_t per = (int64_t)g * (hd + 2);
+    for (int x = 0; x < g; x++) {
+        float mx = -FLT_MAX;
+        for (int64_t c = 0; c < chunks; c++) {
+            float mc = part[c * per + x];
+            mx = mc > mx ? mc : mx;
+        }
+        float *o = out + (int64_t)x * hd;
+        memset(o, 0, sizeof(float) * hd);
+        float sum = 0.0f;
+        for (int64_t c = 0; c < chunks; c++) {
+            const float *w = part + c * per;
+            const float d = w[x] - mx;
+            const float e = d < MIN_LOGIT ? 0.0f : expf(fmaxf(d, MIN_LOGIT));
+            sum += e * w[g + x];
+            const float *ac = w + 2 * g + x * hd;
+            for (int d = 0; d < hd; d++) o[d] += e * ac[d];
+        }
+        for (int d = 0; d < hd; d++) o[d] /= sum;
+    }
+}
+
+static int plan_ok(const Plan *p) {
+    return p->n > 0 && p->g <= MAX_G && p->hd <= MAX_HD && p->dtype >= KV_F32 && p->dtype <= KV_I8 &&
+           p->kv_heads <= MAX_KV_HEADS;
+}
+
+/* Each kv head's K/V planes and scales of layer `layer` (q pointers left for the caller). */
+static void layer_heads(const Plan *p, int64_t layer, Head *heads) {
+    const size_t es = elem_size(p->dtype);
+    for (int h = 0; h < p->kv_heads; h++) {
+        const int64_t off = layer * p->layer_stride + h * p->head_stride;
+        const int64_t soff = layer * p->scale_layer_stride + h * p->scale_head_stride;
+        heads[h] = (Head){p, (const char *)p->k + off * es, (const char *)p->v + off * es,
+                          p->ks ? p->ks + soff : NULL, p->vs ? p->vs + soff : NULL, NULL, NULL};
+    }
+}
+
 /* Layer `layer` of the plan: q [kv_heads * g * hd] -> out [kv_heads * g * hd]. Returns 0, or -1
  * for a plan this kernel does not take (the caller checks plans before use). */
 int decode_attention(const Plan *p, int64_t layer, const float *q, float *out) {
+    if (!plan_ok(p)) return -1;
     const int kvh = p->kv_heads, g = p->g, hd = p->hd;
     const int64_t n = p->n;
-    if (n <= 0 || g > MAX_G || hd > MAX_HD || p->dtype < KV_F32 || p->dtype > KV_I8) return -1;
-    const size_t es = elem_size(p->dtype);
-    if (kvh > MAX_KV_HEADS) return -1;
     const int64_t chunks = (n + CHUNK - 1) / CHUNK;
     const int64_t tasks = chunks * kvh;
     const int64_t per = (int64_t)g * (hd + 2);
@@ -311,54 +365,74 @@ int decode_attention(const Plan *p, int64_t layer, const float *q, float *out) {
     if (!qs) return -1;
     uint16_t *qb = (uint16_t *)(qs + nq);
     float *part = qs + nq + (nq + 1) / 2;
-    for (int i = 0; i < nq; i++) qs[i] = q[i] * p->scale;
-    const int bf16_dot = p->dtype == KV_BF16 && exact_bf16(qs, nq);
-    for (int i = 0; bf16_dot && i < nq; i++) {
-        uint32_t u;
-        memcpy(&u, qs + i, sizeof u);
-        qb[i] = (uint16_t)(u >> 16);
-    }
-    const ChunkFn fn = pick(p, bf16_dot);
+    const ChunkFn fn = pick(p, scale_q(p, q, nq, qs, qb));
     Head heads[MAX_KV_HEADS];
-    for (int h = 0; h < kvh; h++) {
-        const int64_t off = layer * p->layer_stride + h * p->head_stride;
-        const int64_t soff = layer * p->scale_layer_stride + h * p->scale_head_stride;
-        heads[h] = (Head){p, (const char *)p->k + off * es, (const char *)p->v + off * es,
-                          p->ks ? p->ks + soff : NULL, p->vs ? p->vs + soff : NULL, qs + h * g * hd, qb + h * g * hd};
-    }
+    layer_heads(p, layer, heads);
+    for (int h = 0; h < kvh; h++) heads[h].q = qs + h * g * hd, heads[h].qb = qb + h * g * hd;
 #pragma omp parallel for schedule(static) num_threads(p->threads) if (tasks > 1 && p->threads > 1)
     for (int64_t t = 0; t < tasks; t++) {
         const int64_t c0 = (t % chunks) * CHUNK, c1 = c0 + CHUNK < n ? c0 + CHUNK : n;
         float *w = part + t * per;
         fn(&heads[t / chunks], c0, c1, w, w + g, w + 2 * g);
     }
-    for (int h = 0; h < kvh; h++) {
-        for (int x = 0; x < g; x++) {
-            float mx = -FLT_MAX;
-            for (int64_t c = 0; c < chunks; c++) {
-                float mc = part[(h * chunks + c) * per + x];
-                mx = mc > mx ? mc : mx;
-            }
-            float *o = out + ((int64_t)h * g + x) * hd;
-            memset(o, 0, sizeof(float) * hd);
-            float sum = 0.0f;
-            for (int64_t c = 0; c < chunks; c++) {
-                const float *w = part + (h * chunks + c) * per;
-                const float d = w[x] - mx;
-                const float e = d < MIN_LOGIT ? 0.0f : expf(fmaxf(d, MIN_LOGIT));
-                sum += e * w[g + x];
-                const float *ac = w + 2 * g + x * hd;
-                for (int d = 0; d < hd; d++) o[d] += e * ac[d];
-            }
-            for (int d = 0; d < hd; d++) o[d] /= sum;
-        }
-    }
+    for (int h = 0; h < kvh; h++) merge_head(part + h * chunks * per, chunks, g, hd, out + (int64_t)h * g * hd);
     free(qs);
     return 0;
 }
 
+/* A prefill chunk's attention with every query's arithmetic that of decode_attention: query i
+ * (plan position first + i) attends keys 0..first+i, in the same CHUNK-key parts, with the same
+ * chunk functions and merge, so a token's output is the same bits whether it is computed here, in
+ * another chunk, with a cached prefix, or as a decode step (cold == cached on the fast path).
+ * q and out are [count][kv_heads * g * hd]; the keys of all count queries are stored already.
+ * Work is split into (query, kv head) tasks; a task runs its chunks in key order. */
+int prefill_attention(const Plan *p, int64_t layer, int64_t first, int64_t count, const float *q, float *out) {
+    if (!plan_ok(p) || first < 0 || count <= 0 || first + count > p->n) return -1;
+    const int kvh = p->kv_heads, g = p->g, hd = p->hd;
+    const int nq = kvh * g * hd;
+    const int64_t per = (int64_t)g * (hd + 2), most = (first + count + CHUNK - 1) / CHUNK;
+    /* each query scaled, as bf16 bits, and whether those are exact: one allocation */
+    float *qs = malloc(sizeof(float) * (size_t)(count * nq) + sizeof(int) * (size_t)count +
+                       sizeof(uint16_t) * (size_t)(count * nq) + 64);
+    if (!qs) return -1;
+    int *dot = (int *)(qs + count * nq);
+    uint16_t *qb = (uint16_t *)(dot + count);
+    for (int64_t i = 0; i < count; i++) dot[i] = scale_q(p, q + i * nq, nq, qs + i * nq, qb + i * nq);
+    Head heads[MAX_KV_HEADS];
+    layer_heads(p, layer, heads);
+    const int64_t tasks = count * kvh;
+    int failed = 0;
+#pragma omp parallel num_threads(p->threads) if (tasks > 1 && p->threads > 1)
+    {
+        float *part = malloc(sizeof(float) * (size_t)(most * per));
+        if (!part) {
+#pragma omp atomic write
+            failed = 1;
+        }
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t t = 0; t < tasks; t++) {
+            if (!part) continue;
+            const int64_t i = t / kvh, n = first + i + 1, chunks = (n + CHUNK - 1) / CHUNK;
+            const int h = (int)(t % kvh);
+            Head a = heads[h];
+            a.q = qs + i * nq + h * g * hd, a.qb = qb + i * nq + h * g * hd;
+            const ChunkFn fn = pick(p, dot[i]);
+            for (int64_t c = 0; c < chunks; c++) {
+                const int64_t c0 = c * CHUNK, c1 = c0 + CHUNK < n ? c0 + CHUNK : n;
+                float *w = part + c * per;
+                fn(&a, c0, c1, w, w + g, w + 2 * g);
+            }
+            merge_head(part, chunks, g, hd, out + i * nq + (int64_t)h * g * hd);
+        }
+        free(part);
+    }
+    free(qs);
+    return failed ? -1 : 0;
+}
+
 /* y[m][n] = scale[n] * sum_k x[m][k] * w[n][k]: an int8 weight matrix [n_out, k] with one float32
- * scale per output row, times m <= 4 float32 rows (decode steps: m is the number of requests).
+ * scale per output row, times m float32 rows (decode steps: m is the number of requests; prompt
+ * logprobs: a chunk's rows, four at a time).
  * The lm_head of the quantized models (49152 x 576 int8) is the largest matrix a decode step reads;
  * PyTorch's int8 kernel measured ~11 GB/s on this CPU, this one ~25 (the memory's speed). Each
  * weight row is converted once, in registers, for all m rows; rows are split over the threads. */
@@ -412,15 +486,21 @@ static inline __attribute__((always_inline)) void int8_rows(const float *x, cons
 
 int int8_linear(const float *x, const int8_t *w, const float *scale, float *y, int64_t m, int64_t n_out,
                 int64_t k, int32_t threads) {
-    if (m <= 0 || m > 4 || k <= 0) return -1;
+    if (m <= 0 || k <= 0) return -1;
 #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && n_out >= 256)
     for (int64_t n0 = 0; n0 < n_out; n0 += 64) {
         const int64_t n1 = n0 + 64 < n_out ? n0 + 64 : n_out;
-        switch (m) {  /* m a constant in each copy: the accumulators stay in registers */
-        case 1: int8_rows(x, w, scale, y, n0, n1, n_out, k, 1); break;
-        case 2: int8_rows(x, w, scale, y, n0, n1, n_out, k, 2); break;
-        case 3: int8_rows(x, w, scale, y, n0, n1, n_out, k, 3); break;
-        default: int8_rows(x, w, scale, y, n0, n1, n_out, k, 4); break;
+        /* rows in groups of 4 while these 64 weight rows stay in cache; a row's outputs are the
+         * same chains whichever group it falls in */
+        for (int64_t r0 = 0; r0 < m; r0 += 4) {
+            const float *xr = x + r0 * k;
+            float *yr = y + r0 * n_out;
+            switch (m - r0 < 4 ? m - r0 : 4) {  /* a constant in each copy: accumulators in registers */
+            case 1: int8_rows(xr, w, scale, yr, n0, n1, n_out, k, 1); break;
+            case 2: int8_rows(xr, w, scale, yr, n0, n1, n_out, k, 2); break;
+            case 3: int8_rows(xr, w, scale, yr, n0, n1, n_out, k, 3); break;
+            default: int8_rows(xr, w, scale, yr, n0, n1, n_out, k, 4); break;
+            }
         }
     }
     return 0;
