@@ -15,6 +15,9 @@ DTYPES = ("float32", "bfloat16", "float16")
 TORCHAO_CONFIGS = ("int4wo-32", "int4wo-64", "int4wo-128", "int8wo")
 #: --attention-backend values (SGLang's flag; these two are the ones this engine has)
 ATTENTION_BACKENDS = ("native_cpu", "torch_native")
+#: the CPU engine's weights when neither dtype nor torchao_config is given: the exact fast path
+#: (runtime/model/model.py `LlamaModel.exact`; README "Defaults" for the measured choice)
+DEFAULT_TORCHAO = "int4wo-32"
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,7 +27,10 @@ class EngineConfig:
     max_total_tokens: int | None = None
     radix_eviction_policy: str = "lru"
     disable_radix_cache: bool = False
-    #: None = float32, or bfloat16 when `torchao_config` is set
+    #: activations (and dense weights): float32, bfloat16, float16. None: bfloat16 with quantized
+    #: weights; with neither this nor `torchao_config` given, the CPU default (DEFAULT_TORCHAO, so
+    #: bfloat16), float32 off the CPU. A dtype given alone means dense weights (float32: greedy
+    #: outputs match HF transformers token for token)
     dtype: str | None = None
     #: weight-only quantization (SGLang's --torchao-config names): int4wo-32/64/128, int8wo; CPU only
     torchao_config: str | None = None
@@ -85,9 +91,15 @@ class EngineConfig:
     #: SGLang's --page-size. The tree stays token-level; this is the block size of KV events
     #: (a page is announced once all its tokens are cached, withdrawn when any of them is evicted)
     page_size: int = 1
+    #: dtype and torchao_config are the CPU default, not the caller's: a model that cannot take it
+    #: (no compact forward, sizes the int4 groups do not divide) is built in float32 instead
+    default_weights: bool = field(default=False, init=False)
 
     def __post_init__(self) -> None:
         problems = []
+        if self.dtype is None and self.torchao_config is None and self.device == "cpu":
+            object.__setattr__(self, "torchao_config", DEFAULT_TORCHAO)
+            object.__setattr__(self, "default_weights", True)
         if self.page_size < 1:
             problems.append("page_size must be >= 1")
         if self.kv_events_config:

@@ -45,9 +45,11 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.fixture(scope="session")
 def engine() -> Iterator[object]:
-    """The real embedded engine with a small KV pool, shared by every test that asks for it."""
+    """The real embedded engine with a small KV pool, shared by every test that asks for it:
+    float32 weights, the configuration whose greedy outputs match HF transformers (the default,
+    int4wo-32 on the exact path, has its own engines: tests/runtime/test_exact_fast_path.py)."""
     from runtime import Engine
 
-    eng = Engine(max_total_tokens=16384)
+    eng = Engine(dtype="float32", max_total_tokens=16384)
     yield eng
     eng.shutdown()

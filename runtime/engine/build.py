@@ -25,6 +25,7 @@ from runtime.model import files as model_files
 from runtime.model.decode_kernel import DecodeKernel, KernelUnavailable
 from runtime.model.hf_model import HFModel
 from runtime.model.model import LlamaModel, ModelConfig, UnsupportedModel
+from runtime.model.quant import QuantizationError
 
 if TYPE_CHECKING:  # the tier's modules (and the redis client) load only when it is enabled
     from transformers import PreTrainedTokenizerBase
@@ -60,7 +61,9 @@ def sibling_config(config: EngineConfig, overrides: dict[str, Any]) -> EngineCon
 
 
 def build_model(config: EngineConfig, loaded: model_files.LoadedModel) -> LlamaModel | HFModel:
-    """The compact forward where the architecture has one, else HF transformers' (slower)."""
+    """The compact forward where the architecture has one, else HF transformers' (slower). The
+    default weights (config.default_weights) fall back to float32 where they cannot be built;
+    `as_built` then says so in the engine's config."""
     assert config.dtype is not None  # EngineConfig resolves the default in __post_init__
     dtype, device = DTYPES[config.dtype], config.device
     arch = loaded.hf_config.model_type
@@ -69,11 +72,28 @@ def build_model(config: EngineConfig, loaded: model_files.LoadedModel) -> LlamaM
     except UnsupportedModel as e:
         why = str(e)
     else:
-        return LlamaModel(cfg, loaded.state_dict, dtype, device, config.torchao_config)
-    if config.torchao_config:
+        try:
+            return LlamaModel(cfg, loaded.state_dict, dtype, device, config.torchao_config)
+        except QuantizationError as e:
+            if not config.default_weights:
+                raise
+            log.warning(
+                "%s: the default %s does not fit (%s): float32 weights", arch, config.torchao_config, e
+            )
+            return LlamaModel(cfg, loaded.state_dict, torch.float32, device)
+    if config.torchao_config and not config.default_weights:
         raise ValueError(f"torchao_config needs the compact forward; {arch} has none here ({why})")
     log.warning("%s has no compact forward (%s): using the HF transformers fallback (slower)", arch, why)
-    return HFModel(loaded.hf_model, dtype, device)
+    return HFModel(loaded.hf_model, torch.float32 if config.default_weights else dtype, device)
+
+
+def as_built(config: EngineConfig, model: LlamaModel | HFModel) -> EngineConfig:
+    """`config` with the dtype and quantization `model` was built with (the default's fallback)."""
+    dtype = next(k for k, v in DTYPES.items() if v == model.dtype)
+    torchao = getattr(model, "torchao_config", None)
+    if (dtype, torchao) == (config.dtype, config.torchao_config):
+        return config
+    return replace(config, dtype=dtype, torchao_config=torchao)
 
 
 def decode_kernel(config: EngineConfig, model: LlamaModel | HFModel) -> DecodeKernel | None:

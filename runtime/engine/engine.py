@@ -93,6 +93,7 @@ class Engine:
     def _load(self) -> Weights:
         loaded = model_files.load(self.config.model_path, torch.float32)
         model = engine_build.build_model(self.config, loaded)
+        self.config = engine_build.as_built(self.config, model)
         return Weights(model, loaded.tokenizer, loaded.path, loaded.name, engine_build.eos_ids(loaded))
 
     @classmethod

@@ -152,7 +152,12 @@ def _model_flags(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--disable-radix-cache", action="store_true", help="turn the prefix cache off")
     g.add_argument(
-        "--dtype", default="auto", choices=DTYPES, help="auto: float32, or bfloat16 with --torchao-config"
+        "--dtype",
+        default="auto",
+        choices=DTYPES,
+        help="auto: on the CPU int4wo-32 weights with bfloat16 activations (the exact fast path), bfloat16 with "
+        "--torchao-config, float32 on a GPU; a dtype given alone means dense weights (float32: greedy outputs "
+        "match HF transformers)",
     )
     g.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="where the model runs")
     g.add_argument(
@@ -160,7 +165,8 @@ def _model_flags(p: argparse.ArgumentParser) -> None:
         default="",
         choices=("", *TORCHAO_CONFIGS),
         help="weight-only quantization (CPU engine): int4wo-32 runs the GGUF's own 4-bit levels, several times "
-        "faster decode; outputs differ from float32",
+        "faster decode, cached = uncached bit for bit; outputs differ from float32. Default: int4wo-32 on the CPU "
+        "unless --dtype is given",
     )
     g.add_argument(
         "--kv-cache-dtype",
@@ -172,8 +178,9 @@ def _model_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--enable-deterministic-inference",
         action="store_true",
-        help="batch-invariant attention and matmuls: bit-identical outputs cached or not, batched or alone "
-        "(int4wo: 7-15%% slower decode; float32 weights: 1.3-1.5x slower decode)",
+        help="batch-invariant kernels for dense weights too (quantized weights with the native kernel, the "
+        "default, are exact without it): bit-identical outputs cached or not, batched or alone; float32 "
+        "weights take a fixed-order matmul",
     )
     g.add_argument(
         "--attention-backend",

@@ -183,7 +183,9 @@ def test_prefill_rows_are_decode_steps_to_the_bit(kernel, dtype, scattered):
             assert one is not None
             p = first + i
             assert torch.equal(kernel(one, 1, q[p]), out[i : i + 1]), (first, count, i)
-    _assert_matches_sdpa(out[-1:], fmt, planes, 1, rows[:600] if scattered else (0, 600), q[599].reshape(9, 64))
+    _assert_matches_sdpa(
+        out[-1:], fmt, planes, 1, rows[:600] if scattered else (0, 600), q[599].reshape(9, 64)
+    )
 
 
 def test_rms_norm_bf16_matches_the_torch_ops_to_the_last_bit_but_rarely(kernel):

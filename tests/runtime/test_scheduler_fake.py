@@ -34,6 +34,9 @@ class FakeModel:
 
     cfg, device, dtype, kv_dtype = CFG, "cpu", torch.float32, torch.float32
 
+    def exact(self, deterministic: bool, kernel: object) -> bool:
+        return deterministic
+
     def forward(
         self, segments: list[Segment], deterministic: bool = False, decode_kernel=None
     ) -> torch.Tensor:
