@@ -37,12 +37,14 @@ class EngineConfig:
     #: how K/V is stored (SGLang's --kv-cache-dtype): auto (the model's dtype), float32, bfloat16,
     #: float16, int8 (a scale per token and head); runtime/cache/kv_format.py
     kv_cache_dtype: str = "auto"
-    #: batch-invariant kernels (SGLang's --enable-deterministic-inference; runtime/model/attention.py):
-    #: a token's logits are the same bits cached or not, batched or alone, in any chunk
+    #: batch-invariant kernels (SGLang's --enable-deterministic-inference): a token's logits are the
+    #: same bits cached or not, batched or alone, in any chunk. Quantized weights with the native
+    #: kernel (the default) are so without it; this adds dense weights (LlamaModel.exact)
     enable_deterministic_inference: bool = False
     #: SGLang's --attention-backend: native_cpu (one-token attention read straight from the stored
     #: KV format, runtime/model/decode_kernel.py) or torch_native (PyTorch SDPA); None: native_cpu where
-    #: it builds, else torch_native. Prefill chunks always run SDPA.
+    #: it builds, else torch_native. Prompt rows run it too on the exact path (LlamaModel.exact),
+    #: else SDPA.
     attention_backend: str | None = None
     context_length: int | None = None
     num_threads: int | None = None

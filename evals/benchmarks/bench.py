@@ -35,6 +35,7 @@ from evals.benchmarks.bench_measure import (
     qa_prompts,
     throughput_sweep,
 )
+from evals.benchmarks.limits import limits, limits_markdown
 from evals.benchmarks.peers.report import render_report
 from evals.suites.report import markdown_section
 
@@ -88,6 +89,8 @@ def run_quantized(engine: Any, cfg: BenchConfig, say: Callable[[str], None]) -> 
     )
     try:
         parts = run_ours(quant, cfg, lambda msg: say(f"{cfg.torchao_config}: {msg}"), hits=False)
+        say(f"{cfg.torchao_config}: physical limits (bandwidth, peak FLOPs)")
+        bounds = limits(quant, cfg.doc_tokens, [n for n in cfg.sessions if n != 1])
     finally:
         quant.shutdown()
     return {
@@ -95,6 +98,7 @@ def run_quantized(engine: Any, cfg: BenchConfig, say: Callable[[str], None]) -> 
         "engine": engine_label(quant),
         "prefix_reuse": parts["prefix_reuse"],
         "throughput": parts["throughput"],
+        "limits": bounds,
     }
 
 
@@ -266,6 +270,9 @@ def write_report(results: dict[str, Any], out: Path, gpu: dict[str, Any] | None 
     text = render_report(results)
     if gpu is not None:
         text = text.rstrip("\n") + "\n\n" + "\n".join(gpu_markdown(gpu)) + "\n"
+    if "limits" in results.get("quantized", {}):
+        q = results["quantized"]
+        text += "\n" + "\n".join(limits_markdown(q["limits"], q["engine"])) + "\n"
     if "kv_cache" in results:
         text += "\n" + "\n".join(kv_markdown(results["kv_cache"])) + "\n"
     if "agent_suites" in results:
@@ -306,8 +313,11 @@ def main(argv: list[str] | None = None) -> int:
     } | {"torchao_config": args.torchao_config or None}
     cfg = replace(cfg, peers=not args.no_peers, **overrides)
     say("loading the engine")
-    engine = Engine(
-        max_total_tokens=32768, max_running_requests=max(16, *cfg.sessions), num_threads=cfg.threads
+    engine = Engine(  # float32: the HF-identical row; the default (int4wo-32) is `run_quantized`'s
+        dtype="float32",
+        max_total_tokens=32768,
+        max_running_requests=max(16, *cfg.sessions),
+        num_threads=cfg.threads,
     )
     try:
         results = run_bench(engine, cfg, say)

@@ -1,4 +1,6 @@
-"""Batch-invariant attention: `--enable-deterministic-inference` (SGLang's flag).
+"""Batch-invariant attention in torch ops: `--enable-deterministic-inference` where the native
+kernel is not used (no C compiler, `attention_backend="torch_native"`, float16 activations).
+With the kernel, the exact path (runtime/model/decode_kernel.py `prefill_attention`) replaces it.
 
 Why: the CPU kernels pick their blocking from the shapes of a call, so one token's attention
 output depends on how many tokens share its call. Measured on this CPU (torch 2.13, MKL):

@@ -52,7 +52,7 @@ HIT_KEYS = {
 }
 
 
-def test_bench_sections_on_the_engine(engine):
+def test_bench_sections_on_the_engine(engine, tmp_path):
     cfg = replace(bench.QUICK, peers=False)
     results = bench.run_bench(engine, cfg, say=lambda msg: None)
     json.dumps(results)  # the results file is plain JSON
@@ -77,6 +77,11 @@ def test_bench_sections_on_the_engine(engine):
     text = render_report(results)
     assert "## Ratios and targets" in text and "| radixagent (ours), float32 |" in text
     assert "| int4wo-32: single-stream decode" in text and "| radixagent (ours), int4wo-32 |" in text
+    lim = quant["limits"]  # beside the figures: the bandwidth and peak they are bounded by
+    assert lim["bandwidth_gb_s"] > 0 and lim["sgemm_gflops"] > 0 and lim["prefill_limit_tok_s"] > 0
+    assert set(lim["decode_limit_tok_s"]) == {str(n) for n in cfg.sessions}
+    bench.write_report(results, tmp_path / "benchmarks.md")
+    assert "## Physical limits (radixagent bfloat16 int4wo-32" in (tmp_path / "benchmarks.md").read_text()
     engine.check_integrity()
 
 

@@ -66,7 +66,7 @@ def test_prompt_is_past_llama3_original_positions():
 
 def test_compact_forward_matches_hf(family, reference):
     ref_lp, ref_greedy = reference
-    with Engine(model_path=str(family[1]), max_total_tokens=2048) as eng:
+    with Engine(model_path=str(family[1]), dtype="float32", max_total_tokens=2048) as eng:
         assert isinstance(eng.model, LlamaModel), "the family must run on the compact forward"
         out = _run(eng)
     assert _max_diff(_logprobs(out), ref_lp) < 2e-3
@@ -74,7 +74,9 @@ def test_compact_forward_matches_hf(family, reference):
 
 
 def test_cached_equals_uncached_chunked_and_native_decode(family):
-    with Engine(model_path=str(family[1]), max_total_tokens=4096, chunked_prefill_size=48) as eng:
+    with Engine(
+        model_path=str(family[1]), dtype="float32", max_total_tokens=4096, chunked_prefill_size=48
+    ) as eng:
         cold = _run(eng, start=250, prefix_cache=False)
         eng.generate(input_ids=PROMPT[:200] + [5, 6, 7], sampling_params=GREEDY)
         # without deterministic inference a logprob request reads nothing from the cache
@@ -93,7 +95,7 @@ def test_cached_equals_uncached_chunked_and_native_decode(family):
 
 @pytest.mark.parametrize("kv", ["bfloat16", "float16", "int8"])
 def test_every_kv_dtype_stays_close(family, reference, kv):
-    with Engine(model_path=str(family[1]), max_total_tokens=2048, kv_cache_dtype=kv) as eng:
+    with Engine(model_path=str(family[1]), dtype="float32", max_total_tokens=2048, kv_cache_dtype=kv) as eng:
         out = _run(eng)
         again = _run(eng)
     # the stored K/V is rounded (int8: per token and head), so logprobs move a little: measured
@@ -135,7 +137,7 @@ def test_llama3_rope_scaling_is_what_the_match_rests_on(tmp_path):
     plain = build_family(
         tmp_path / "plain", "llama3", rope_parameters={"rope_type": "default", "rope_theta": 5e5}
     )
-    with Engine(model_path=str(plain), max_total_tokens=2048) as eng:
+    with Engine(model_path=str(plain), dtype="float32", max_total_tokens=2048) as eng:
         assert _max_diff(_logprobs(_run(eng)), ref) > 0.1
 
 
@@ -150,6 +152,8 @@ def test_a_rope_the_compact_forward_lacks_runs_on_the_hf_fallback(tmp_path, capl
         Engine(model_path=str(folder), max_total_tokens=1024) as eng,
     ):
         assert isinstance(eng.model, HFModel)
+        # the default int4wo-32 needs the compact forward: the engine says what it built instead
+        assert (eng.config.dtype, eng.config.torchao_config) == ("float32", None)
         out = eng.generate(input_ids=PROMPT[:40], sampling_params=GREEDY)
         assert len(out["output_ids"]) == GREEDY["max_new_tokens"]
     assert "rope scaling" in caplog.text and "yarn" in caplog.text

@@ -37,7 +37,7 @@ def test_gguf_runs_compact_and_matches_the_hf_folder(pair):
     family, folder, gguf = pair
     ref = _reference(AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval())
     greedy = {"temperature": 0, "max_new_tokens": 8, "ignore_eos": True}
-    with Engine(model_path=str(gguf), max_total_tokens=2048) as eng:
+    with Engine(model_path=str(gguf), dtype="float32", max_total_tokens=2048) as eng:
         assert isinstance(eng.model, LlamaModel)
         out = eng.generate(input_ids=PROMPT, sampling_params=greedy, return_logprob=True, logprob_start_len=0)
         warm = eng.generate(input_ids=PROMPT, sampling_params=greedy)

@@ -143,7 +143,18 @@ def test_bad_torchao_config_is_a_clear_error(config, message):
 
 def test_torchao_config_defaults_to_bfloat16_activations():
     assert EngineConfig(torchao_config="int8wo").dtype == "bfloat16"
-    assert EngineConfig().dtype == "float32"
+
+
+def test_the_default_is_int4wo_32_on_the_cpu_and_a_dtype_alone_means_dense_weights():
+    default = EngineConfig()
+    assert (default.dtype, default.torchao_config, default.default_weights) == ("bfloat16", "int4wo-32", True)
+    for dtype in ("float32", "bfloat16"):
+        dense = EngineConfig(dtype=dtype)
+        assert (dense.dtype, dense.torchao_config, dense.default_weights) == (dtype, None, False)
+    gpu = EngineConfig(device="cuda")
+    assert (gpu.dtype, gpu.torchao_config) == ("float32", None)
+    chosen = EngineConfig(torchao_config="int4wo-64")
+    assert (chosen.dtype, chosen.torchao_config, chosen.default_weights) == ("bfloat16", "int4wo-64", False)
 
 
 def test_group_that_does_not_divide_the_layer_is_refused():
