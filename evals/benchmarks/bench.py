@@ -180,6 +180,8 @@ def ratios(r: dict[str, Any]) -> dict[str, float | None]:
             r["multi_session"]["radixagent"]["hit_rate"] - lc_hits["hit_rate"] if lc_hits else None
         ),
         "quantized_decode_4_over_1_sessions": q and q["throughput"].get("decode_4_over_1"),
+        "quantized_decode_16_over_1_sessions": q and q["throughput"].get("decode_16_over_1"),
+        "quantized_prefill_vs_float32": div(q and q["prefix_reuse"]["prefill_tok_s"], ours["prefill_tok_s"]),
         "quantized_cached_ttft_vs_llama_cpp": div(
             q and q["prefix_reuse"]["ttft_cached_p50_s"], lc and lc["ttft_cached_p50_s"]
         ),

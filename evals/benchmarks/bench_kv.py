@@ -320,8 +320,10 @@ def _kv_intro(cfg: dict[str, Any], ctxs: list[str], tc: str) -> list[str]:
         f"Decode: {cfg['decode_tokens']} greedy tokens after a document of {', '.join(ctxs)} tokens (+ ~45 of "
         f"chat and question). Cached TTFT: median of {cfg['questions']} other questions per round on the "
         f"{tc}-token document. Outputs identical: each decode prompt cached in later rounds vs its cold first round. "
-        "Rows marked deterministic run with `--enable-deterministic-inference` (runtime/model/attention.py); rows "
-        "marked torch_native with `--attention-backend torch_native` (the attention before the native kernel).",
+        "Unmarked rows are the default (the exact fast path: docs/deterministic-inference.md); rows marked "
+        "deterministic add `--enable-deterministic-inference` (with quantized weights the same path, so the "
+        "two measure the same code: their difference is the run's noise); rows marked torch_native run "
+        "`--attention-backend torch_native` (PyTorch's attention, not exact).",
         "",
     ]
 
@@ -422,17 +424,17 @@ _KV_NOTES = [
     "RMSNorms and silu*up of a decode step run in the same library, and its attention and lm_head "
     "prefetch the rows they read next (a 2k-token step's K/V and weights do not stay in cache "
     "between steps: without prefetches both ran at the memory's latency, ~10-13 GB/s); rows marked torch_native run "
-    "PyTorch's ops for all of it and convert each layer's K/V into a float32 scratch for SDPA, as prefill chunks "
-    "always do (SDPA on bf16/fp16 directly and fp8 conversion measured several times slower on this "
+    "PyTorch's ops for all of it and convert each layer's K/V into a float32 scratch for SDPA, prompt rows "
+    "included (on the exact path prompt rows run the native kernel too; SDPA on bf16/fp16 directly and fp8 conversion measured several times slower on this "
     "CPU: [bench-kv-attention.md](results/bench-kv-attention.md), `python -m evals.benchmarks.kv_attention`). "
     "llama.cpp is llama-cpp-python built by `make bench-peers-setup` for this CPU (-march=native, "
     "AMX off: ggml's AMX matmul crashes on the bundled Q4_1 model), its default f16 KV.",
     "",
-    "Outputs identical below 100% is not a cache bug: SDPA's flash kernel and MKL's matmuls choose their "
-    "blocking from each call's shape, so a token computed alone (a decode step, the one token a full "
-    "cache hit recomputes) gets other last bits than inside a prefill chunk, and bf16 activations "
-    "turn those into different greedy tokens. The deterministic rows run every position through "
-    "the same shapes ([deterministic-inference.md](deterministic-inference.md)).",
+    "Outputs identical below 100% (the torch_native rows) is not a cache bug: SDPA's flash kernel "
+    "chooses its blocking from each call's shape, so a token computed alone (a decode step, the one "
+    "token a full cache hit recomputes) gets other last bits than inside a prefill chunk, and bf16 "
+    "activations turn those into different greedy tokens. The default rows compute every prompt "
+    "row with a decode step's arithmetic ([deterministic-inference.md](deterministic-inference.md)).",
 ]
 
 

@@ -1,7 +1,7 @@
 """KV memory under load: does what `--max-total-tokens` promises hold?
 
 8 concurrent requests with distinct ~2k-token prompts, replaced as they finish, for `--seconds`
-on a 20,000-token pool. Samples, every 50 ms, the engine's own accounting of K/V bytes held
+on a 40,000-token pool (the default bf16 KV: ~880 MiB, the bytes 20,000 float32 tokens took). Samples, every 50 ms, the engine's own accounting of K/V bytes held
 (`kv_bytes_held`: pool + per-request + parked) and the process RSS. Reports the peak of each:
 accounting over pool bytes (must stay <= pool + 10%) and peak RSS minus RSS after load (the pool
 is resident after load, so growth is memory outside it; must stay <= 10% of the pool).
@@ -92,7 +92,7 @@ class _Peaks:
 
 
 def measure(
-    seconds: float, concurrency: int = 8, prompt_tokens: int = 2000, pool: int = 20_000
+    seconds: float, concurrency: int = 8, prompt_tokens: int = 2000, pool: int = 40_000
 ) -> MemoryResult:
     from runtime import Engine
 

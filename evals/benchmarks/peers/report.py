@@ -55,17 +55,47 @@ def _speed_rows(
 
 
 def _quant_rows(q: dict[str, Any] | None, ra: dict[str, Any]) -> list[TargetRow]:
-    """The quantized engine's speed targets and its decode ratio; none without a quantized run."""
+    """The quantized engine's speed targets, and the exact fast path's (issue 37: the default
+    weights); none without a quantized run."""
     if q is None:
         return []
+    mode = q["torchao_config"]
+    sixteen = ra.get("quantized_decode_16_over_1_sessions")
+    prefill = ra.get("quantized_prefill_vs_float32")
+    identical = q["prefix_reuse"]["outputs_identical"]
+    vs_lc = ra["quantized_cached_ttft_vs_llama_cpp"]
     return [
-        *_speed_rows(
-            q["torchao_config"],
-            q["prefix_reuse"],
-            ra["quantized_decode_4_over_1_sessions"],
-            ra["quantized_cached_ttft_vs_llama_cpp"],
+        *_speed_rows(mode, q["prefix_reuse"], ra["quantized_decode_4_over_1_sessions"], vs_lc),
+        _row(
+            f"{mode}: our decode / llama.cpp's",
+            ra["quantized_decode_vs_llama_cpp"],
+            _x(ra["quantized_decode_vs_llama_cpp"]),
+            ">= 1.8x",
+            lambda v: v >= 1.8,
         ),
-        _ratio_row(f"{q['torchao_config']}: our decode / llama.cpp's", ra["quantized_decode_vs_llama_cpp"]),
+        _row(
+            f"{mode}: our cached TTFT / llama.cpp's, exact-and-fast target",
+            vs_lc,
+            _x(vs_lc),
+            "<= 0.5x",
+            lambda v: v <= 0.5,
+        ),
+        _row(f"{mode}: prefill tok/s / float32's", prefill, _x(prefill), ">= 1.0x", lambda v: v >= 1.0),
+        _row(
+            f"{mode}: greedy cold = cached",
+            identical,
+            _x(None if identical is None else 100 * identical, "%", 0),
+            "100%",
+            lambda v: v == 1.0,
+        ),
+        _row(
+            f"{mode}: aggregate decode, 4 sessions / 1, exact-and-fast target",
+            ra["quantized_decode_4_over_1_sessions"],
+            _x(ra["quantized_decode_4_over_1_sessions"]),
+            ">= 3x",
+            lambda v: v >= 3,
+        ),
+        _row(f"{mode}: aggregate decode, 16 sessions / 1", sixteen, _x(sixteen), ">= 6x", lambda v: v >= 6),
     ]
 
 
