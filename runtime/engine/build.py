@@ -43,11 +43,15 @@ SHARED_WITH_SIBLINGS = frozenset({"model_path", "dtype", "device", "torchao_conf
 
 def config_for_model(model: LlamaModel | HFModel, name: str, **config: Any) -> EngineConfig:
     """`Engine.from_model`'s config: dtype, device and quantization are the built model's."""
-    dtype = next(k for k, v in DTYPES.items() if v == model.dtype)
-    torchao = getattr(model, "torchao_config", None)
+    dtype, torchao = _weights_of(model)
     return EngineConfig(
         device=str(model.device), dtype=dtype, served_model_name=name, torchao_config=torchao, **config
     )
+
+
+def _weights_of(model: LlamaModel | HFModel) -> tuple[str, str | None]:
+    """The dtype name and torchao config a model was built with (the HF fallback has none)."""
+    return next(k for k, v in DTYPES.items() if v == model.dtype), getattr(model, "torchao_config", None)
 
 
 def sibling_config(config: EngineConfig, overrides: dict[str, Any]) -> EngineConfig:
@@ -89,8 +93,7 @@ def build_model(config: EngineConfig, loaded: model_files.LoadedModel) -> LlamaM
 
 def as_built(config: EngineConfig, model: LlamaModel | HFModel) -> EngineConfig:
     """`config` with the dtype and quantization `model` was built with (the default's fallback)."""
-    dtype = next(k for k, v in DTYPES.items() if v == model.dtype)
-    torchao = getattr(model, "torchao_config", None)
+    dtype, torchao = _weights_of(model)
     if (dtype, torchao) == (config.dtype, config.torchao_config):
         return config
     return replace(config, dtype=dtype, torchao_config=torchao)
