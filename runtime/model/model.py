@@ -8,6 +8,7 @@ the batch); attention runs per request over that request's own contiguous KV buf
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -18,9 +19,18 @@ from runtime.cache.kv_format import KVFormat
 from runtime.cache.seq_kv import SeqKV
 from runtime.model.attention import InvariantAttention, padded_length
 from runtime.model.config import SUPPORTED, ModelConfig, UnsupportedModel
-from runtime.model.decode_kernel import ACTS, DecodeKernel, DecodePlan, DecodePlans, silu_mul
+from runtime.model.decode_kernel import (
+    ACTS,
+    DecodeKernel,
+    DecodePlan,
+    DecodePlans,
+    KernelUnavailable,
+    silu_mul,
+)
 from runtime.model.quant import Dense, Int8, Linear, WeightFormat
 from runtime.model.rope import tables
+
+log = logging.getLogger(__name__)
 
 __all__ = ["SUPPORTED", "LlamaModel", "ModelConfig", "Segment", "SeqKV", "UnsupportedModel"]
 
@@ -64,7 +74,7 @@ class LlamaModel:
         # on the CPU attention runs in fp32 whatever the weights are. How K/V is *stored* is the
         # engine's kv_cache_dtype (each SeqKV's format); stored otherwise, it is converted per layer.
         self.kv_dtype = torch.float32 if device == "cpu" else dtype
-        fmt = WeightFormat(dtype, device, torchao_config)
+        fmt = WeightFormat(dtype, device, torchao_config, _int4_kernel(device, torchao_config))
 
         def w(name: str) -> torch.Tensor:
             return state[name].to(device=device, dtype=dtype).contiguous()
@@ -404,6 +414,18 @@ def _fused_bias(state: dict[str, torch.Tensor], names: list[str]) -> torch.Tenso
     weights = [state[n.removesuffix("bias") + "weight"] for n in names]
     parts = [b if b is not None else wt.new_zeros(wt.shape[0]) for b, wt in zip(found, weights, strict=True)]
     return torch.cat(parts)
+
+
+def _int4_kernel(device: str, torchao_config: str | None) -> DecodeKernel | None:
+    """The native kernels for int4 layers (their matmul: up to 2.1x torch's, csrc/int4_linear.c),
+    whatever attention backend the engine picks; None: torch's int4 matmul."""
+    if device != "cpu" or not (torchao_config or "").startswith("int4wo"):
+        return None
+    try:
+        return DecodeKernel.load()
+    except KernelUnavailable as e:
+        log.warning("native int4 matmul unavailable (%s): torch's int4 kernel", e)
+        return None
 
 
 def _call(f: Linear, x: torch.Tensor) -> torch.Tensor:
