@@ -24,10 +24,11 @@ from runtime.model.decode_kernel import (
     DecodeKernel,
     DecodePlan,
     DecodePlans,
+    Int4Layer,
     KernelUnavailable,
     silu_mul,
 )
-from runtime.model.quant import Dense, Int8, Linear, WeightFormat
+from runtime.model.quant import Dense, Int4Tiles, Int8, Linear, WeightFormat
 from runtime.model.rope import tables
 
 log = logging.getLogger(__name__)
@@ -97,6 +98,7 @@ class LlamaModel:
         # MKL's dense fp32 matmuls give other last bits for 1-3, 5-7 and 9-11 rows than for the
         # same rows among more (measured); the int4/int8 kernels and bf16 are row-independent
         self._dense = isinstance(self.layers[0].qkv, Dense) and dtype != torch.bfloat16
+        self._int4_layers = _int4_layers(self.layers)
 
     @staticmethod
     def _layer(
@@ -231,6 +233,12 @@ class LlamaModel:
         mm, rms, act = self._step_ops(deterministic, exact, decode_kernel, len(ids))
         x = self._embed(ids)  # [N, hidden]
         qd, kd = cfg.heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim
+        if plans is not None and exact and self._int4_layers and kernel is not None and kernel.silu_fn:
+            # a decode step of an int4 model: each layer one native call (csrc/decode_step.c)
+            x = x.contiguous()
+            for li, fused in enumerate(self._int4_layers):
+                x = kernel.int4_layer(plans, li, fused, x, cos_rows, sin_rows, cfg.eps)
+            return self._finish(segments, lens, x, exact, kernel, mm, rms)
         for li, layer in enumerate(self.layers):
             h = mm(layer.qkv, rms(x, layer.ln1))  # [N, qd + 2 kd]
             if layer.qk_norm is not None:
@@ -245,6 +253,19 @@ class LlamaModel:
                 attn = self._attend(li, views, lens, q, k, v, scratch, kernel)  # [N, qd]
             x = x + mm(layer.o, attn)
             x = x + mm(layer.down, act(mm(layer.gate_up, rms(x, layer.ln2))))
+        return self._finish(segments, lens, x, exact, kernel, mm, rms)
+
+    def _finish(
+        self,
+        segments: list[Segment],
+        lens: list[int],
+        x: torch.Tensor,
+        exact: bool,
+        kernel: DecodeKernel | None,
+        mm: Callable[..., torch.Tensor],
+        rms: Callable[..., torch.Tensor],
+    ) -> torch.Tensor:
+        """After the last layer: each segment's K/V length advances; the logits asked for."""
         for s, n in zip(segments, lens, strict=True):
             s.kv.length += n
         ends = torch.tensor(lens).cumsum(0)
@@ -414,6 +435,20 @@ def _fused_bias(state: dict[str, torch.Tensor], names: list[str]) -> torch.Tenso
     weights = [state[n.removesuffix("bias") + "weight"] for n in names]
     parts = [b if b is not None else wt.new_zeros(wt.shape[0]) for b, wt in zip(found, weights, strict=True)]
     return torch.cat(parts)
+
+
+def _int4_layers(layers: list[Layer]) -> list[Int4Layer] | None:
+    """Each layer's weights for the one-call decode layer, where it can run them: int4 tiles
+    throughout, no biases, no q/k norm."""
+    parts = [(la.qkv, la.o, la.gate_up, la.down) for la in layers]
+    if not all(isinstance(p, Int4Tiles) and p.bias is None for ps in parts for p in ps):
+        return None
+    if any(la.qk_norm is not None for la in layers):
+        return None
+    return [
+        Int4Layer.of(la.ln1, la.ln2, [(p.tiles, p.scales_zeros) for p in ps], ps[0].group)  # type: ignore[union-attr]
+        for la, ps in zip(layers, parts, strict=True)
+    ]
 
 
 def _int4_kernel(device: str, torchao_config: str | None) -> DecodeKernel | None:

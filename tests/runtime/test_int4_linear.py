@@ -93,3 +93,35 @@ def test_weight_format_takes_the_tiles_where_it_can(kernel):
 
 def test_the_default_engine_runs_the_tiles(kernel, int4_engine):
     assert isinstance(int4_engine.model.layers[0].qkv, Int4Tiles)
+
+
+def test_one_call_decode_layers_are_the_separate_calls_to_the_bit(kernel, int4_engine, monkeypatch):
+    """A decode step of the int4 model runs each layer as one native call (csrc/decode_step.c):
+    its logits and K/V equal those of the same token inside a prompt chunk (the separate calls)."""
+    from runtime.cache.kv_format import KVFormat
+    from runtime.cache.seq_kv import SeqKV
+    from runtime.model.model import Segment
+
+    model = int4_engine.model
+    assert model._int4_layers is not None
+    calls = []
+    real = DecodeKernel.int4_layer
+    monkeypatch.setattr(DecodeKernel, "int4_layer", lambda self, *a: calls.append(a[1]) or real(self, *a))
+    dk = int4_engine.scheduler.decode_kernel
+    ids = int4_engine.tokenize("The quick brown fox jumps over the lazy dog because it")
+    for fmt in (
+        KVFormat.resolve("bfloat16", model.dtype, model.kv_dtype),
+        KVFormat.resolve("int8", model.dtype, model.kv_dtype),
+    ):
+        chunk = SeqKV.empty(model.cfg, len(ids), fmt, "cpu")
+        whole = model.forward([Segment(chunk, ids, logits_from=0)], decode_kernel=dk)
+        steps = SeqKV.empty(model.cfg, len(ids), fmt, "cpu")
+        model.forward([Segment(steps, ids[:-3])], decode_kernel=dk)
+        calls.clear()
+        for i in range(len(ids) - 3, len(ids)):
+            last = model.forward([Segment(steps, [ids[i]])], decode_kernel=dk)
+        assert len(calls) == 3 * model.cfg.layers  # the one-call path ran
+        assert torch.equal(last[0], whole[0])
+        n = len(ids)
+        for a, b in zip(chunk.planes, steps.planes, strict=True):  # [layers, kv heads, rows, x]
+            assert torch.equal(a[:, :, :n], b[:, :, :n])
