@@ -86,8 +86,10 @@ class Supervised:
             "smg",
             "--port",
             str(self.port),
+            # the survivor holds all four sessions' logs, which grow ~11 tokens a step for the
+            # ~30 s of the test: room for ~3,500 tokens each however fast the engine steps
             "--max-total-tokens",
-            "8192",
+            "16384",
             "--log-dir",
             str(log_dir),
             "--restart-backoff",
