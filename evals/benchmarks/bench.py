@@ -90,7 +90,10 @@ def run_quantized(engine: Any, cfg: BenchConfig, say: Callable[[str], None]) -> 
     try:
         parts = run_ours(quant, cfg, lambda msg: say(f"{cfg.torchao_config}: {msg}"), hits=False)
         say(f"{cfg.torchao_config}: physical limits (bandwidth, peak FLOPs)")
-        bounds = limits(quant, cfg.doc_tokens, [n for n in cfg.sessions if n != 1])
+        rows = parts["throughput"]["rows"]
+        # the sessions' context halfway through their decode: prompt + half the new tokens
+        session_context = rows[0]["prompt_tokens"] // rows[0]["sessions"] + cfg.session_new_tokens // 2
+        bounds = limits(quant, cfg.doc_tokens, [n for n in cfg.sessions if n != 1], session_context)
     finally:
         quant.shutdown()
     return {
@@ -274,7 +277,8 @@ def write_report(results: dict[str, Any], out: Path, gpu: dict[str, Any] | None 
         text = text.rstrip("\n") + "\n\n" + "\n".join(gpu_markdown(gpu)) + "\n"
     if "limits" in results.get("quantized", {}):
         q = results["quantized"]
-        text += "\n" + "\n".join(limits_markdown(q["limits"], q["engine"])) + "\n"
+        one = next((r["decode_tok_s"] for r in q["throughput"]["rows"] if r["sessions"] == 1), None)
+        text += "\n" + "\n".join(limits_markdown(q["limits"], q["engine"], one)) + "\n"
     if "kv_cache" in results:
         text += "\n" + "\n".join(kv_markdown(results["kv_cache"])) + "\n"
     if "agent_suites" in results:

@@ -4,8 +4,10 @@ A decode step must read every weight once (shared by all sessions of the step) a
 session's K/V; it cannot run faster than those bytes at the memory's bandwidth, nor faster than
 its FLOPs at the matmul peak. A prefill token costs ~2 FLOPs per weight plus its attention; it
 cannot run faster than the peak. Both the bandwidth and the peak are measured here (a streaming
-sum over 512 MiB; MKL's float32 sgemm at 1024^3, the best case of this CPU's FMA units), and the
-quantized matmul kernel's own rate at a prefill chunk's shape is written beside them.
+sum over 512 MiB; MKL's float32 sgemm at 1024^3) with the quantized matmul kernel's own rate at a
+prefill chunk's shape: the FLOP limits use the faster of the two (the int4 kernel's bf16 pair dot
+products outrun float32 FMAs, so sgemm alone is not this CPU's peak for it). The concurrent
+sessions' limits are taken at their own context, not the long document's.
 """
 
 from __future__ import annotations
@@ -57,37 +59,55 @@ def weights_per_token(cfg: Any) -> tuple[int, int]:
     return cfg.layers * per_layer, cfg.vocab_size * cfg.hidden
 
 
-def limits(engine: Any, context: int, sessions: list[int]) -> dict[str, Any]:
-    """Measured bandwidth and peaks, and the limits they put on this engine's decode at `context`
-    tokens (1 and `sessions` sessions) and on its prefill at that length."""
+def _decode_limit(engine: Any, n: int, context: int, bw: float, peak: float) -> float:
+    """tok/s of `n` sessions decoding at `context` tokens each: a step reads every weight once and
+    each session's K/V, and computes n tokens' FLOPs; it takes the longer of the two."""
     model, cfg = engine.model, engine.model.cfg
-    bw, peak, kernel = bandwidth_gb_s(), sgemm_gflops(), layer_gflops(model)
     layers, head = weights_per_token(cfg)
-    kv_bytes = engine.kv_bytes_per_token * context
     attention = 4 * cfg.layers * cfg.heads * cfg.head_dim * context  # scores + values, one query
-    decode: dict[str, float] = {}
-    for n in [1, *sessions]:
-        seconds = max(
-            (model.weight_bytes + n * kv_bytes) / (bw * 1e9),
-            n * (2 * (layers + head) + attention) / (peak * 1e9),
-        )
-        decode[str(n)] = n / seconds
+    seconds = max(
+        (model.weight_bytes + n * engine.kv_bytes_per_token * context) / (bw * 1e9),
+        n * (2 * (layers + head) + attention) / (peak * 1e9),
+    )
+    return n / seconds
+
+
+def limits(engine: Any, context: int, sessions: list[int], session_context: int) -> dict[str, Any]:
+    """Measured bandwidth and peaks, and the limits they put on this engine's decode at `context`
+    tokens (1 session), on `sessions` concurrent sessions at `session_context` tokens each (1
+    included: their ratios' bound), and on its prefill at `context`."""
+    model, cfg = engine.model, engine.model.cfg
+    bw, sgemm, kernel = bandwidth_gb_s(), sgemm_gflops(), layer_gflops(model)
+    peak = max(sgemm, kernel)
+    layers, _ = weights_per_token(cfg)
+    attention = 4 * cfg.layers * cfg.heads * cfg.head_dim * context
     prefill_flops = 2 * layers + attention / 2  # a prompt token sees half the context on average
     return {
         "bandwidth_gb_s": bw,
-        "sgemm_gflops": peak,
+        "sgemm_gflops": sgemm,
         "kernel_gflops": kernel,
+        "peak_gflops": peak,
         "weight_bytes": model.weight_bytes,
-        "kv_bytes_at_context": kv_bytes,
+        "kv_bytes_at_context": engine.kv_bytes_per_token * context,
         "context": context,
-        "decode_limit_tok_s": decode,
-        "prefill_limit_tok_s": peak * 1e9 / prefill_flops,
+        "session_context": session_context,
+        "decode_limit_tok_s": _decode_limit(engine, 1, context, bw, peak),
+        "aggregate_limit_tok_s": {
+            str(n): _decode_limit(engine, n, session_context, bw, peak) for n in [1, *sessions]
+        },
+        "prefill_limit_tok_s": sgemm * 1e9 / prefill_flops,
         "prefill_limit_kernel_tok_s": kernel * 1e9 / prefill_flops,
     }
 
 
-def limits_markdown(lim: dict[str, Any], label: str) -> list[str]:
-    d = lim["decode_limit_tok_s"]
+def limits_markdown(lim: dict[str, Any], label: str, one_session_tok_s: float | None = None) -> list[str]:
+    """The limits' table; `one_session_tok_s` (the measured 1-session aggregate) puts each session
+    count's limit beside it as the largest n/1 ratio the hardware allows this engine."""
+    agg = lim["aggregate_limit_tok_s"]
+
+    def bound(n: str) -> str:
+        return f" ({agg[n] / one_session_tok_s:.1f}x the measured 1 session)" if one_session_tok_s else ""
+
     return [
         f"## Physical limits ({label}, measured in the same run)",
         "",
@@ -98,11 +118,13 @@ def limits_markdown(lim: dict[str, Any], label: str) -> list[str]:
         "| what | bytes or FLOPs | limit |",
         "|---|---|---|",
         f"| decode at {lim['context']} tokens, 1 session: weights + its K/V per step ÷ bandwidth | "
-        f"{(lim['weight_bytes'] + lim['kv_bytes_at_context']) / 2**20:.0f} MiB | {d['1']:.0f} tok/s |",
+        f"{(lim['weight_bytes'] + lim['kv_bytes_at_context']) / 2**20:.0f} MiB | "
+        f"{lim['decode_limit_tok_s']:.0f} tok/s |",
         *(
-            f"| aggregate decode, {n} sessions: weights once + {n} K/V, or FLOPs ÷ peak | - | {v:.0f} tok/s |"
-            for n, v in d.items()
-            if n != "1"
+            f"| aggregate decode, {n} session{'s' * (n != '1')} at {lim['session_context']} tokens: "
+            f"weights once + {n} K/V ÷ bandwidth, or FLOPs ÷ {lim['peak_gflops']:.0f} GFLOP/s | - | "
+            f"{v:.0f} tok/s{bound(n) if n != '1' else ''} |"
+            for n, v in agg.items()
         ),
         f"| prefill at {lim['context']} tokens: FLOPs per token ÷ sgemm peak | - | "
         f"{lim['prefill_limit_tok_s']:.0f} tok/s |",

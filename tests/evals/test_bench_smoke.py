@@ -79,9 +79,15 @@ def test_bench_sections_on_the_engine(engine, tmp_path):
     assert "| int4wo-32: single-stream decode" in text and "| radixagent (ours), int4wo-32 |" in text
     lim = quant["limits"]  # beside the figures: the bandwidth and peak they are bounded by
     assert lim["bandwidth_gb_s"] > 0 and lim["sgemm_gflops"] > 0 and lim["prefill_limit_tok_s"] > 0
-    assert set(lim["decode_limit_tok_s"]) == {str(n) for n in cfg.sessions}
+    assert (
+        set(lim["aggregate_limit_tok_s"]) == {str(n) for n in cfg.sessions} and lim["decode_limit_tok_s"] > 0
+    )
     bench.write_report(results, tmp_path / "benchmarks.md")
-    assert "## Physical limits (radixagent bfloat16 int4wo-32" in (tmp_path / "benchmarks.md").read_text()
+    report = (tmp_path / "benchmarks.md").read_text()
+    assert "## Physical limits (radixagent bfloat16 int4wo-32" in report
+    # the sessions' limits at their own context, each beside the measured 1-session rate
+    assert f"| aggregate decode, {max(cfg.sessions)} sessions at {lim['session_context']} tokens" in report
+    assert "x the measured 1 session)" in report
     engine.check_integrity()
 
 
