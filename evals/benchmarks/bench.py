@@ -38,6 +38,7 @@ from evals.benchmarks.bench_measure import (
 from evals.benchmarks.limits import limits, limits_markdown
 from evals.benchmarks.peers.report import render_report
 from evals.suites.report import markdown_section
+from runtime.engine.threads import in_fresh_thread
 
 
 def run_ours(engine: Any, cfg: BenchConfig, say: Callable[[str], None], hits: bool = True) -> dict[str, Any]:
@@ -93,7 +94,12 @@ def run_quantized(engine: Any, cfg: BenchConfig, say: Callable[[str], None]) -> 
         rows = parts["throughput"]["rows"]
         # the sessions' context halfway through their decode: prompt + half the new tokens
         session_context = rows[0]["prompt_tokens"] // rows[0]["sessions"] + cfg.session_new_tokens // 2
-        bounds = limits(quant, cfg.doc_tokens, [n for n in cfg.sessions if n != 1], session_context)
+        sessions = [n for n in cfg.sessions if n != 1]
+        # the probes' torch ops on a thread of their own: an OpenMP pool left on this (main) thread
+        # would throttle every engine step after it (runtime/engine/threads.py)
+        bounds = in_fresh_thread(
+            lambda: limits(quant, cfg.doc_tokens, sessions, session_context), "bench-limits"
+        )
     finally:
         quant.shutdown()
     return {

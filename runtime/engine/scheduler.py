@@ -44,8 +44,11 @@ MIN_SHARED_PREFIX = 32
 #: longest-prefix-first ordering sorts at most this many waiting requests (beyond: arrival order),
 #: as SGLang's LPM policy does: a tree walk per waiting request per step must stay cheap
 LPM_MAX_QUEUE = 128
-#: an idle worker thread exits (freeing its OpenMP pool) after this long; restarting costs ~0.2 ms
-IDLE_EXIT_S = 1.0
+#: an idle worker thread exits (freeing its OpenMP pool) after this long; restarting costs ~0.2 ms.
+#: Short: engines that take turns (siblings, cached and uncached runs) hold two pools, and so run
+#: throttled, only this long after each switch (at 1 s a 2k-context decode alternating between
+#: two siblings ran ~85 tok/s instead of ~200, AMD EPYC, 2 cores)
+IDLE_EXIT_S = 0.05
 #: how long closing waits for the worker: it stops after the step in progress (one chunk)
 CLOSE_JOIN_S = 60.0
 

@@ -8,8 +8,11 @@ futex wake-up: a 2k-context decode step measured 17 ms with one pool and 25-28 m
 
 So the engine keeps its torch work off the caller's thread: weights are loaded and the KV pool
 allocated in a short-lived thread (its pool goes when it exits), and the scheduler thread exits
-when idle, so engines that take turns (cached and uncached siblings, a float32 and an int4
-engine in one benchmark) never hold two pools at once.
+50 ms after its last step (scheduler.py's IDLE_EXIT_S), so engines that take turns (cached and
+uncached siblings, a float32 and an int4 engine in one benchmark) hold two pools only that long.
+The same holds for the caller's own torch work: on a long-lived thread it throttles every engine
+step after it (the default engine's decode at 2k, ~200 -> ~66 tok/s on 2 cores after one 1024^2
+matmul on the main thread); `in_fresh_thread` runs it where its pool goes with the thread.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from evals.benchmarks.bench_measure import BenchConfig, QAPrompts, multi_session_hits, prefix_reuse
+from runtime.engine.threads import in_fresh_thread
 
 
 def run_peers(
@@ -22,7 +23,8 @@ def run_peers(
     """{"hf_transformers": {...}, "llama_cpp": {...}, "hits": {name: multi-session result}}; a peer
     that cannot run here is reported as {"skipped": why}."""
     return {
-        "hf_transformers": _hf(model_path, qa, cfg, say),
+        # HF generates on a thread of its own: its OpenMP pool must not outlive it (runtime/engine/threads.py)
+        "hf_transformers": in_fresh_thread(lambda: _hf(model_path, qa, cfg, say), "bench-hf"),
         **_llama_cpp(model_path, qa, hit_sessions, cfg, say),
     }
 
