@@ -57,6 +57,7 @@ def run_ours(engine: Any, cfg: BenchConfig, say: Callable[[str], None], hits: bo
         [qa_prompts(tok, c, QUESTIONS[:1]).prompt(0) for c in chunks],
         cfg.sessions,
         cfg.session_new_tokens,
+        cfg.repeats,
     )
     parts = {"qa": qa, "prefix_reuse": reuse, "throughput": sweep}
     if hits:

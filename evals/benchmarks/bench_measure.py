@@ -218,13 +218,20 @@ def throughput(engine: Any, prompts: Sequence[list[int]], new_tokens: int = 64) 
 
 
 def throughput_sweep(
-    engine: Any, docs: Sequence[list[int]], counts: Sequence[int], new_tokens: int
+    engine: Any, docs: Sequence[list[int]], counts: Sequence[int], new_tokens: int, repeats: int = 1
 ) -> dict[str, Any]:
-    """`throughput` at each session count; session i asks about its own document docs[i]."""
+    """`throughput` at each session count; session i asks about its own document docs[i]. With
+    `repeats` > 1 each count runs that many times and its row is the run of median aggregate decode
+    (a 1-session window is ~0.3 s: one run moves with the machine's noise), every run's figure
+    kept in `decode_tok_s_runs`."""
     rows = []
     for n in counts:
-        engine.flush_cache()  # each count starts cold: earlier counts asked the same documents
-        rows.append(throughput(engine, [list(docs[i % len(docs)]) for i in range(n)], new_tokens))
+        runs = []
+        for _ in range(repeats):
+            engine.flush_cache()  # each run starts cold: earlier runs asked the same documents
+            runs.append(throughput(engine, [list(docs[i % len(docs)]) for i in range(n)], new_tokens))
+        runs.sort(key=lambda r: r["decode_tok_s"])
+        rows.append({**runs[len(runs) // 2], "decode_tok_s_runs": [r["decode_tok_s"] for r in runs]})
     by_n = {r["sessions"]: r for r in rows}
     base = by_n.get(1, {}).get("decode_tok_s", 0.0)
     ratios = {f"decode_{n}_over_1": r["decode_tok_s"] / base for n, r in by_n.items() if n != 1 and base}

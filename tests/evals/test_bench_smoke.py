@@ -39,6 +39,7 @@ THROUGHPUT_KEYS = {
     "ttft_p50_s",
     "ttft_p95_s",
     "wall_s",
+    "decode_tok_s_runs",
 }
 HIT_KEYS = {
     "engine",

@@ -263,7 +263,9 @@ def _throughput_section(r: dict[str, Any]) -> list[str]:
         "",
         f"Each session asks one question about its own {c['session_prompt_tokens']}-token document and "
         f"decodes {c['session_new_tokens']} tokens; all start together. Aggregate decode tok/s counts the "
-        "tokens produced while every session was decoding (last first token to first finish).",
+        "tokens produced while every session was decoding (last first token to first finish); each "
+        f"session count runs {c['repeats']} times from a cold cache and its row is the run of median "
+        "aggregate decode (every run's figure in bench.json's `decode_tok_s_runs`).",
         "",
         *throughput_rows(r["throughput"]["rows"]),
     ]
