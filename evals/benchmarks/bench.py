@@ -29,6 +29,7 @@ from evals.benchmarks.bench_measure import (
     QUICK,
     BenchConfig,
     EngineRunner,
+    cpu_name,
     essay_documents,
     multi_session_hits,
     prefix_reuse,
@@ -149,16 +150,8 @@ def machine_info(engine: Any) -> dict[str, Any]:
 
     import torch
 
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
     return {
-        "cpu": cpu,
+        "cpu": cpu_name(),
         "cores": os.cpu_count(),
         "torch": torch.__version__,
         "torch_threads": torch.get_num_threads(),

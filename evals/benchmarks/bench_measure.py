@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
 from tasks.output import percentile
@@ -89,6 +90,19 @@ def qa_prompts(
     head = tokenize(f"<|im_start|>system\n{SYSTEM}<|im_end|>\n<|im_start|>user\nDocument:\n")
     tails = [tokenize(f"\n\nQuestion: {q}<|im_end|>\n<|im_start|>assistant\n") for q in questions]
     return QAPrompts(head + doc_ids, tails)
+
+
+def cpu_name() -> str:
+    """The CPU's model name (/proc/cpuinfo), else what `platform` says: every figure names it."""
+    import platform
+
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def essay_documents(tokenize: Callable[[str], list[int]], n_docs: int, tokens: int) -> list[list[int]]:
