@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 import tempfile
 import time
@@ -26,6 +25,7 @@ from typing import Any
 
 import httpx
 
+from evals.benchmarks.bench_measure import cpu_name
 from evals.benchmarks.doors import anthropic_agent, chat_agent, responses_agent
 from evals.benchmarks.tool_agent_cache import _free_port, start_server
 
@@ -163,13 +163,6 @@ def _cell(row: dict[str, Any]) -> str:
     return text + ")"
 
 
-def _cpu() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []:
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine()
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m evals.benchmarks.door_agent_cache", description=__doc__.split("\n")[0]
@@ -193,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
                 proc.terminate()
                 proc.wait(timeout=30)
         add_ideal(results, Path(trace_dir))
-    text = markdown(results, _cpu())
+    text = markdown(results, cpu_name())
     print(text)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text)
