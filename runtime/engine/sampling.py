@@ -203,11 +203,16 @@ class Sampler:
         p = self.params
         return torch.log_softmax(adjusted if p.greedy else adjusted / p.temperature, dim=-1)
 
-    def __call__(self, logits: torch.Tensor, mask: torch.Tensor | None = None) -> int:
-        """logits: [vocab] float32; mask: [vocab] bool of allowed tokens (grammar), or None."""
+    def __call__(
+        self, logits: torch.Tensor, mask: torch.Tensor | None = None, argmax: int | None = None
+    ) -> int:
+        """logits: [vocab] float32; mask: [vocab] bool of allowed tokens (grammar), or None;
+        argmax: torch.argmax(logits) where the caller has it (a step takes every row's at once)."""
+        p = self.params
+        if p.greedy and mask is None and argmax is not None:
+            return argmax
         if mask is not None:
             logits = logits.masked_fill(~mask, float("-inf"))
-        p = self.params
         if p.greedy:
             return int(torch.argmax(logits))
         logits = logits / p.temperature

@@ -299,6 +299,9 @@ class Scheduler:
         ).cpu()  # sampling, grammar masks and RNGs live on the CPU
         now = time.perf_counter()
         self.meters.tokens(sum(1 for r in fed if r.prefilled and r.params.max_new_tokens), now)
+        # every row's greedy pick in one op: one argmax per request cost ~40 us each (16 requests:
+        # ~0.6 ms of a step)
+        best = logits.argmax(dim=-1).tolist()
         for row, req in enumerate(fed):
             if segments[row].prompt_logits is not None:
                 self._record_prompt_logprobs(req, segments[row])
@@ -306,7 +309,7 @@ class Scheduler:
                 continue
             try:
                 self._on_prefilled(req, logits[row])
-                self._emit_token(req, logits[row], now)
+                self._emit_token(req, logits[row], now, best[row])
             except Exception as exc:  # one request's sampler or grammar failing fails that request only
                 log.exception("request %s failed", req.rid)
                 req.error = exc
@@ -515,14 +518,15 @@ class Scheduler:
         (the manager adds: only from a lease that shares)."""
         return req.error is None and req.weights_version == self.weights_version
 
-    def _emit_token(self, req: Request, logits: torch.Tensor, now: float) -> None:
+    def _emit_token(self, req: Request, logits: torch.Tensor, now: float, best: int | None = None) -> None:
+        """`best`: the argmax of `logits`, where the step computed every row's at once."""
         if req.params.max_new_tokens == 0:
             req.first_token_time = now
             self._finish(req, FinishReason("length"))
             return
         mask = req.grammar.allowed_mask(logits.shape[-1]) if req.grammar is not None else None
         adjusted = req.sampler.adjust(logits)  # logit_bias, penalties, min_new_tokens
-        token = req.sampler(adjusted, mask)
+        token = req.sampler(adjusted, mask, best if adjusted is logits else None)
         req.sampler.observe(token, logits.shape[-1])
         if req.logprob is not None:
             req.logprob.record_output(req.sampler.logprobs(adjusted), token)

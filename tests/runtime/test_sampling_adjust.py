@@ -79,3 +79,17 @@ def test_bad_values_are_invalid_requests(params) -> None:
 
 def test_min_tokens_is_an_alias() -> None:
     assert SamplingParams.from_dict({"min_tokens": 3}).min_new_tokens == 3
+
+
+def test_a_steps_batched_argmax_is_each_rows_greedy_pick_and_yields_to_a_grammar_mask() -> None:
+    """The scheduler takes every row's argmax in one op; a greedy row's token is that one, and
+    a grammar's mask still decides where it applies."""
+    logits = torch.randn(5, 50, generator=torch.Generator().manual_seed(3))
+    logits[2, 10] = logits[2, 11] = logits[2].max() + 1  # a tie: the first index, as torch.argmax
+    best = logits.argmax(dim=-1).tolist()
+    greedy = _sampler(temperature=0)
+    for row in range(5):
+        assert greedy(logits[row], None, best[row]) == int(torch.argmax(logits[row])) == best[row]
+    mask = torch.zeros(50, dtype=torch.bool)
+    mask[3] = True
+    assert greedy(logits[0], mask, best[0]) == 3
