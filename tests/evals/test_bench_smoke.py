@@ -88,7 +88,7 @@ def test_bench_sections_on_the_engine(engine, tmp_path):
     assert "## Physical limits (radixagent bfloat16 int4wo-32" in report
     # the sessions' limits at their own context, each beside the measured 1-session rate
     assert f"| aggregate decode, {max(cfg.sessions)} sessions at {lim['session_context']} tokens" in report
-    assert "x the measured 1 session)" in report
+    assert "x the measured 1 session; " in report and "x the 1-session limit)" in report
     engine.check_integrity()
 
 
