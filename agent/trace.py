@@ -38,7 +38,10 @@ class PrefixBreakWarning(UserWarning):
 def read_trace(path: str | Path) -> list[StepRecord]:
     """Every complete step of a trace. A torn last line (the writer was killed mid-write) is
     skipped with a warning; a bad line anywhere else is corruption and raises ValueError."""
-    lines = [line for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
+    # split at "\n" only: splitlines also cuts at U+2028, U+2029 and U+0085, which the writer
+    # leaves raw inside strings (ensure_ascii=False), and a prompt holding one read as corruption
+    text = Path(path).read_text(encoding="utf-8")
+    lines = [line for line in text.split("\n") if line.strip()]
     records = []
     for number, line in enumerate(lines, start=1):
         try:

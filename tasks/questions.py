@@ -108,7 +108,9 @@ def _load_jsonl(path: Path, model: type[_Model]) -> list[_Model]:
         raise TaskInputError(path, None, f"not UTF-8 text: {exc}") from exc
     items: list[_Model] = []
     seen: dict[str, int] = {}
-    for number, line in enumerate(text.splitlines(), start=1):
+    # lines end at "\n" (a "\r" before it is JSON whitespace); splitlines would also cut a JSON
+    # string at a raw U+2028, U+2029 or U+0085, which JSON allows
+    for number, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
             continue
         item = _parse_line(path, number, line, model)

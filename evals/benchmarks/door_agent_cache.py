@@ -95,7 +95,8 @@ def add_ideal(results: list[dict[str, Any]], trace: Path) -> None:  # trace: the
     unbounded cache would have served: the longest prefix of any earlier prompt+output)."""
     steps: dict[str, list[dict[str, Any]]] = {}
     # one file per tenant: the Messages door keeps each API key's cache (and trace) apart
-    for line in (ln for f in sorted(trace.glob("*.jsonl")) for ln in f.read_text().splitlines()):
+    # lines split at "\n" only (agent.trace.read_trace says why)
+    for line in (ln for f in sorted(trace.glob("*.jsonl")) for ln in f.read_text().split("\n") if ln.strip()):
         rec = json.loads(line)
         steps.setdefault(rec["session_id"], []).append(rec)
     for r in results:

@@ -13,7 +13,6 @@ into another's trace).
 
 from __future__ import annotations
 
-import json
 import random
 import socket
 import tempfile
@@ -23,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from agent.trace import read_trace
 from evals.misses.common import TURN_TOKENS, Tally, expected_miss, random_ids
 from runtime.trace.record import StepRecord
 
@@ -146,7 +146,7 @@ def run(engines: dict[str, Any], per_kind: int, seed: int) -> Tally:
         records = []
         for d in dirs:
             for path in sorted(d.glob("*.jsonl")):
-                records += [StepRecord.from_dict(json.loads(line)) for line in path.read_text().splitlines()]
+                records += read_trace(path)
     for spec in specs:
         check(records, spec, tally)
     return tally

@@ -11,6 +11,7 @@ Session affinity behind SGLang's router: a request with a `session_id` carries i
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -22,6 +23,9 @@ from runtime.backends.embedded import completion_from_output
 from runtime.backends.retry import server_message, status_error, transport_error, with_retries
 from runtime.engine.generation import GenerationRequest
 from runtime.errors import BackendError
+
+#: where an event stream's lines end (the SSE spec's three line endings, and nothing else)
+_LINE_END = re.compile(rb"\r\n|\n|\r")
 
 #: sglang-router (>= 0.3) header that pins requests with the same value to one worker
 ROUTING_KEY_HEADER = "X-SMG-Routing-Key"
@@ -82,7 +86,7 @@ class SGLangBackend(Backend):
                     raise status_error(
                         resp.status_code, resp.read().decode(errors="replace"), self._url("/generate")
                     )
-                for event in _sse_events(resp.iter_lines()):
+                for event in _sse_events(_event_lines(resp.iter_bytes())):
                     if "error" in event:
                         err = event["error"]
                         status = int(err.get("code", 400)) if isinstance(err, dict) else 400
@@ -198,6 +202,18 @@ def build_payload(request: GenerationRequest) -> dict[str, object]:
     if not request.prefix_cache:
         payload["prefix_cache"] = False  # our extension; SGLang ignores unknown top-level keys
     return payload
+
+
+def _event_lines(chunks: Iterable[bytes]) -> Iterator[str]:
+    """An event stream's lines, cut where SSE cuts them (CR LF, LF or CR). httpx's `iter_lines`
+    also cuts at U+2028, U+2029 and U+0085, which JSON leaves raw inside strings and SGLang's
+    orjson writes as they are: generated text holding one split its event in two."""
+    rest = b""
+    for chunk in chunks:
+        *lines, rest = _LINE_END.split(rest + chunk)
+        yield from (line.decode() for line in lines)
+    if rest:
+        yield rest.decode()
 
 
 def _sse_events(lines: Iterable[str]) -> Iterator[Any]:

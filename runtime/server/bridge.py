@@ -128,9 +128,17 @@ async def close_stream(chunks: AsyncIterator[Chunk]) -> None:
         await chunks.aclose()  # type: ignore[attr-defined]
 
 
+#: What str.splitlines takes for a line break and JSON leaves raw in a string (it escapes every
+#: control character below 0x20): an event carrying one of them in generated or echoed text was
+#: cut in two by clients that read lines that way (httpx's `aiter_lines`: a JSONDecodeError).
+#: Escaped, the event is one line for every reader and decodes to the same text.
+_LINE_BREAKS_JSON_KEEPS = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
+
+
 def sse(obj: object) -> bytes:
-    """One server-sent event in SGLang's and OpenAI's format."""
-    return b"data: " + json.dumps(obj, ensure_ascii=False).encode() + b"\n\n"
+    """One server-sent event in SGLang's and OpenAI's format: one line of JSON."""
+    text = json.dumps(obj, ensure_ascii=False).translate(_LINE_BREAKS_JSON_KEEPS)
+    return b"data: " + text.encode() + b"\n\n"
 
 
 SSE_DONE = b"data: [DONE]\n\n"
