@@ -44,9 +44,13 @@ def test_an_echoed_prompt_with_line_breaks_streams_whole_to_an_httpx_reader(serv
 def test_the_sglang_client_reads_raw_line_breaks_in_events_cut_anywhere() -> None:
     """SGLang's server writes them raw (orjson): the client splits events at CR/LF only, also
     when a chunk ends inside a multi-byte character or between CR and LF."""
-    raw = b"".join(
-        b"data: " + json.dumps({"text": t}, ensure_ascii=False).encode() + b"\r\n\r\n" for t in (TEXT, "x")
-    ) + b"data: [DONE]\n\n"
+    raw = (
+        b"".join(
+            b"data: " + json.dumps({"text": t}, ensure_ascii=False).encode() + b"\r\n\r\n"
+            for t in (TEXT, "x")
+        )
+        + b"data: [DONE]\n\n"
+    )
     for size in (1, 2, 3, 7, len(raw)):
         chunks = [raw[i : i + size] for i in range(0, len(raw), size)]
         assert [e["text"] for e in _sse_events(_event_lines(chunks))] == [TEXT, "x"]
