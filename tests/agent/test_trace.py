@@ -14,6 +14,7 @@ from agent.trace_cli import main as trace_main
 from agent.trace_cli import summarize
 from tests.support.behaviour import SYSTEM, add
 from tests.support.fake_backend import FakeBackend, arithmetic_model
+from tests.support.trace_records import step_dict
 
 TRACE_FIELDS = [
     "run_id",
@@ -149,22 +150,7 @@ def test_read_trace_skips_a_torn_last_line(tmp_path):
 
     from agent.trace import read_trace
 
-    good = {
-        "run_id": "r",
-        "session_id": "s",
-        "branch": 0,
-        "step": 0,
-        "kind": "act",
-        "prompt_tokens": 10,
-        "cached_tokens": 0,
-        "ideal_cached_tokens": 0,
-        "completion_tokens": 2,
-        "ttft_s": 0.1,
-        "latency_s": 0.2,
-        "finish_reason": "stop",
-        "prefix_break": None,
-        "tool": None,
-    }
+    good = step_dict()
     path = tmp_path / "trace.jsonl"
     path.write_text(json.dumps(good) + "\n" + json.dumps(good)[:40])
     with warnings.catch_warnings(record=True) as caught:

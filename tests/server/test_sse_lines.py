@@ -16,6 +16,7 @@ from runtime.backends.sglang import _event_lines, _sse_events
 from runtime.server.bridge import sse
 from runtime.trace.record import StepRecord
 from tasks.questions import dump_jsonl, load_questions
+from tests.support.trace_records import step_dict
 
 BREAKS = ["\u2028", "\u2029", "\x85"]
 TEXT = "one\u2028two\u2029three\x85four é"
@@ -57,24 +58,7 @@ def test_the_sglang_client_reads_raw_line_breaks_in_events_cut_anywhere() -> Non
 
 
 def test_a_trace_record_holding_line_breaks_reads_back(tmp_path) -> None:
-    record = StepRecord.from_dict(
-        {
-            "run_id": "r",
-            "session_id": "s",
-            "branch": 0,
-            "step": 0,
-            "kind": "act",
-            "prompt_tokens": 10,
-            "cached_tokens": 0,
-            "ideal_cached_tokens": 0,
-            "completion_tokens": 2,
-            "ttft_s": 0.1,
-            "latency_s": 0.2,
-            "finish_reason": "stop",
-            "prefix_break": None,
-            "tool": {"name": "read", "result": TEXT},
-        }
-    )
+    record = StepRecord.from_dict(step_dict(tool={"name": "read", "result": TEXT}))
     path = tmp_path / "trace.jsonl"
     path.write_text(record.to_json() + "\n" + record.to_json() + "\n", encoding="utf-8")
     assert [r.tool for r in read_trace(path)] == [{"name": "read", "result": TEXT}] * 2

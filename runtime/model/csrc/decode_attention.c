@@ -787,17 +787,6 @@ int decode_layer(const Plan *const *plans, int64_t count, int64_t layer, int32_t
 #pragma GCC optimize("no-fast-math", "fp-contract=off")
 #ifdef __AVX512F__
 typedef __m512 (*Exp16)(__m512);
-
-static inline __m512 bf16x16_load(const uint16_t *p) {
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p)), 16));
-}
-
-static inline __m512 bf16x16_round(__m512 f) {  /* nearest-even, still as float */
-    const __m512i u = _mm512_castps_si512(f);
-    const __m512i t = _mm512_add_epi32(
-        u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1))));
-    return _mm512_castsi512_ps(_mm512_and_si512(t, _mm512_set1_epi32((int)0xffff0000u)));
-}
 #endif
 
 int silu_mul_bf16(const uint16_t *gu, uint16_t *out, int64_t m, int64_t inter, const void *exp16) {
@@ -807,9 +796,9 @@ int silu_mul_bf16(const uint16_t *gu, uint16_t *out, int64_t m, int64_t inter, c
     const __m512 one = _mm512_set1_ps(1.0f);
     for (int64_t r = 0; r < m; r++)
         for (int64_t j = 0; j < inter; j += 16) {
-            const __m512 g = bf16x16_load(gu + r * 2 * inter + j), u = bf16x16_load(gu + r * 2 * inter + inter + j);
-            const __m512 s = bf16x16_round(_mm512_div_ps(g, _mm512_add_ps(one, ex(_mm512_xor_ps(g, _mm512_set1_ps(-0.0f))))));
-            const __m512i y = _mm512_castps_si512(bf16x16_round(_mm512_mul_ps(s, u)));
+            const __m512 g = bf16_load16(gu + r * 2 * inter + j), u = bf16_load16(gu + r * 2 * inter + inter + j);
+            const __m512 s = bf16_round16(_mm512_div_ps(g, _mm512_add_ps(one, ex(_mm512_xor_ps(g, _mm512_set1_ps(-0.0f))))));
+            const __m512i y = _mm512_castps_si512(bf16_round16(_mm512_mul_ps(s, u)));
             _mm256_storeu_si256((__m256i *)(out + r * inter + j), _mm512_cvtepi32_epi16(_mm512_srli_epi32(y, 16)));
         }
     return 0;
