@@ -39,11 +39,13 @@ lint: $(STAMP)
 deadcode: $(STAMP)
 	$(PY) -m vulture runtime agent tasks evals --min-confidence 80 --ignore-names signum,frame
 
-# Prefill by prompt length (default vs float32 weights), engine micro-benchmarks, peers (llama.cpp
-# only after bench-peers-setup) and a reduced cached-vs-uncached eval of the agent suites; writes
-# docs/results/bench-prefill.md and docs/benchmarks.md (which links it).
+# Prefill by prompt length (default vs float32 weights), where a decode step's time goes at 1/4/16
+# requests, engine micro-benchmarks, peers (llama.cpp only after bench-peers-setup) and a reduced
+# cached-vs-uncached eval of the agent suites; writes docs/results/bench-prefill.md,
+# docs/results/bench-step-phases.md and docs/benchmarks.md (which links them).
 bench: $(STAMP)
 	$(PY) -m evals.benchmarks.prefill --md docs/results/bench-prefill.md
+	$(PY) -m evals.benchmarks.step_phases --md docs/results/bench-step-phases.md --json docs/results/bench-step-phases.json
 	$(PY) -m evals.benchmarks.bench --out docs/benchmarks.md
 	$(PY) -m evals.benchmarks.bench_memory --seconds 60 --json docs/results/bench-memory.json
 	if [ "$(BENCH_TIER)" = 1 ]; then $(MAKE) bench-tier; fi

@@ -6,6 +6,7 @@ throughput sweep, multi-session hit rate) with their config. No CLI and no repor
 
 from __future__ import annotations
 
+import itertools
 import statistics
 import threading
 import time
@@ -200,7 +201,9 @@ def _stream_session(
 def throughput(engine: Any, prompts: Sequence[list[int]], new_tokens: int = 64) -> dict[str, Any]:
     """One thread per session streams one request, all started together. Aggregate decode tok/s
     counts tokens produced while every session was decoding at once (from the last session's first
-    token to the first session's finish); output tok/s is all tokens over the wall time."""
+    token to the first session's finish); output tok/s is all tokens over the wall time; the
+    median gap between a session's tokens in that window is the engine's step period (robust to a
+    few disturbed steps, which move the window's count)."""
     results: list[dict[str, Any]] = []
     start = threading.Barrier(len(prompts) + 1)
     threads = [
@@ -217,6 +220,7 @@ def throughput(engine: Any, prompts: Sequence[list[int]], new_tokens: int = 64) 
     lo = max(r["stamps"][0] for r in results)
     hi = min(r["stamps"][-1] for r in results)
     in_window = sum(1 for r in results for s in r["stamps"] if lo < s <= hi)
+    gaps = [b - a for r in results for a, b in itertools.pairwise(r["stamps"]) if lo <= a and b <= hi]
     ttfts = [r["meta"]["ttft"] for r in results]
     return {
         "sessions": len(prompts),
@@ -224,6 +228,7 @@ def throughput(engine: Any, prompts: Sequence[list[int]], new_tokens: int = 64) 
         "completion_tokens": sum(len(r["stamps"]) for r in results),
         "cached_tokens": sum(r["meta"]["cached_tokens"] for r in results),
         "decode_tok_s": in_window / (hi - lo) if hi > lo else 0.0,
+        "token_gap_p50_s": _median(gaps),
         "output_tok_s": sum(len(r["stamps"]) for r in results) / wall,
         "ttft_p50_s": _median(ttfts),
         "ttft_p95_s": _pct(ttfts, 0.95),

@@ -39,7 +39,7 @@ def cold_ttft_s(engine: Any, ids: list[int]) -> float:
     return float(out["meta_info"]["ttft"])
 
 
-def _wait_retired(engines: Any, timeout_s: float = 2.0) -> None:
+def wait_retired(engines: Any, timeout_s: float = 2.0) -> None:
     """Until every engine's idle worker thread has exited (runtime/engine/threads.py: a second
     live OpenMP pool would throttle the next engine's first ~50 ms)."""
     deadline = time.monotonic() + timeout_s
@@ -62,7 +62,7 @@ def measure(cfg: PrefillConfig) -> dict[str, Any]:
         for _ in range(cfg.repeats):
             for n, ids in docs.items():
                 for label, engine in engines.items():
-                    _wait_retired(engines.values())
+                    wait_retired(engines.values())
                     times[label][n].append(cold_ttft_s(engine, ids))
     finally:
         for engine in engines.values():
@@ -101,7 +101,7 @@ def markdown(results: dict[str, Any], cfg: PrefillConfig, machine: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _machine(threads: int | None) -> str:
+def machine_line(threads: int | None) -> str:
     import torch
 
     from evals.benchmarks.bench_measure import cpu_name
@@ -129,7 +129,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.repeats < 1 or min(args.lengths) < 2:
         p.error("--repeats must be >= 1 and every --lengths value >= 2")
     cfg = PrefillConfig(tuple(args.lengths), args.repeats, args.threads)
-    machine = _machine(cfg.threads)
+    machine = machine_line(cfg.threads)
     results = measure(cfg)
     text = markdown(results, cfg, machine)
     print(text)

@@ -35,6 +35,7 @@ THROUGHPUT_KEYS = {
     "completion_tokens",
     "cached_tokens",
     "decode_tok_s",
+    "token_gap_p50_s",
     "output_tok_s",
     "ttft_p50_s",
     "ttft_p95_s",
