@@ -51,6 +51,8 @@ LPM_MAX_QUEUE = 128
 IDLE_EXIT_S = 0.05
 #: how long closing waits for the worker: it stops after the step in progress (one chunk)
 CLOSE_JOIN_S = 60.0
+#: what a tokenizer's decode shows for a character whose bytes are not all generated yet
+INCOMPLETE = "\ufffd"
 
 
 def _rid_hit(have: str, want: str, exact: bool) -> bool:
@@ -561,6 +563,10 @@ class Scheduler:
             return FinishReason("stop")
         if len(req.output_ids) >= p.max_new_tokens:
             return FinishReason("length", length=len(req.output_ids))
+        # a character whose bytes span tokens decodes as U+FFFD until its last byte: streams show
+        # the text before it (clients append the text past what they were sent, so a placeholder
+        # once sent would hide the character it becomes); the finished text is the whole decode
+        req.text = req.text.rstrip(INCOMPLETE)
         return None
 
     def _detok(self, ids: list[int], params: SamplingParams) -> str:
