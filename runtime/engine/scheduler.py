@@ -55,6 +55,19 @@ CLOSE_JOIN_S = 60.0
 INCOMPLETE = "\ufffd"
 
 
+def _streamable(text: str, params: SamplingParams) -> str:
+    """What a running request's events may show of its text: each event's text a prefix of every
+    later one and of the finished text, because clients append the text past what they were sent
+    and cannot take any back. So not a trailing character whose bytes are still arriving (it
+    decodes as U+FFFD until its last byte), nor a tail that could begin a stop string the finished
+    text will cut off."""
+    text = text.rstrip(INCOMPLETE)
+    if params.stop and not params.no_stop_trim:
+        hold = max((k for s in params.stop for k in range(1, len(s)) if text.endswith(s[:k])), default=0)
+        text = text[: len(text) - hold]
+    return text
+
+
 def _rid_hit(have: str, want: str, exact: bool) -> bool:
     return bool(want) and (have == want if exact else have.startswith(want))
 
@@ -563,10 +576,7 @@ class Scheduler:
             return FinishReason("stop")
         if len(req.output_ids) >= p.max_new_tokens:
             return FinishReason("length", length=len(req.output_ids))
-        # a character whose bytes span tokens decodes as U+FFFD until its last byte: streams show
-        # the text before it (clients append the text past what they were sent, so a placeholder
-        # once sent would hide the character it becomes); the finished text is the whole decode
-        req.text = req.text.rstrip(INCOMPLETE)
+        req.text = _streamable(req.text, p)
         return None
 
     def _detok(self, ids: list[int], params: SamplingParams) -> str:

@@ -1,7 +1,8 @@
-"""A character whose UTF-8 bytes span tokens (CJK, emoji: byte-level BPE splits them) decodes as
-U+FFFD until its last byte arrives. Streamed text must never show that placeholder: clients append
-the text past what they were sent, so a placeholder once sent would stand in for the character
-for good (and hide it). Each streamed text is a prefix of the next and of the finished text."""
+"""Clients append the text past what they were sent and cannot take any back, so each streamed
+text must be a prefix of the next and of the finished text. Two tails broke that: a character
+whose UTF-8 bytes span tokens (CJK, emoji: byte-level BPE splits them) decodes as U+FFFD until its
+last byte arrives (sent once, the placeholder stood in for the character for good), and the start
+of a stop string that the finished text cuts off."""
 
 from __future__ import annotations
 
@@ -20,19 +21,44 @@ def _split_characters(engine, ids: list[int]) -> bool:
     return any(engine.tokenizer.decode(ids[:i]).endswith("\ufffd") for i in range(1, len(ids)))
 
 
-def test_engine_streams_whole_characters_only(engine):
-    chunks = list(engine.generate_stream(prompt="Say it:", sampling_params=PARAMS))
-    final = chunks[-1]
-    assert final["text"] == TEXT
-    assert _split_characters(engine, final["output_ids"]), "no character spanned tokens: nothing tested"
+@pytest.mark.parametrize(
+    ("stop", "final"),
+    [
+        (None, TEXT),
+        (["です"], "日本語"),
+        (["語で"], "日本"),
+        (["😀"], "日本語です"),
+        (["本語", "す😀"], "日"),
+    ],
+)
+def test_engine_streams_only_what_the_finished_text_keeps(engine, stop, final):
+    params = PARAMS if stop is None else {**PARAMS, "stop": stop}
+    chunks = list(engine.generate_stream(prompt="Say it:", sampling_params=params))
+    assert chunks[-1]["text"] == final
+    assert _split_characters(engine, chunks[-1]["output_ids"]), "no character spanned tokens: nothing tested"
     texts = [c["text"] for c in chunks]
     assert not any(t.endswith("\ufffd") for t in texts)
-    assert all(b.startswith(a) for a, b in zip(texts, texts[1:], strict=False))
+    assert all(b.startswith(a) for a, b in zip(texts, texts[1:], strict=False)), texts
+
+
+def test_no_stop_trim_streams_up_to_the_stop(engine):
+    params = {**PARAMS, "stop": ["です"], "no_stop_trim": True}
+    texts = [c["text"] for c in engine.generate_stream(prompt="Say it:", sampling_params=params)]
+    assert texts[-1] == "日本語です"
+    assert all(b.startswith(a) for a, b in zip(texts, texts[1:], strict=False)), texts
 
 
 @pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/completions"])
-def test_openai_stream_deltas_add_up_to_the_text(server, engine, path):
-    body: dict = {"model": "m", "temperature": 0, "max_tokens": 32, "regex": TEXT, "stream": True}
+@pytest.mark.parametrize(("stop", "final"), [(None, TEXT), (["語で"], "日本")])
+def test_openai_stream_deltas_add_up_to_the_text(server, path, stop, final):
+    body: dict = {
+        "model": "m",
+        "temperature": 0,
+        "max_tokens": 32,
+        "regex": TEXT,
+        "stream": True,
+        "stop": stop,
+    }
     body |= (
         {"messages": [{"role": "user", "content": "Say it."}]} if "chat" in path else {"prompt": "Say it:"}
     )
@@ -45,7 +71,7 @@ def test_openai_stream_deltas_add_up_to_the_text(server, engine, path):
             for choice in json.loads(line.removeprefix("data: ")).get("choices", []):
                 pieces.append(choice["delta"].get("content") or "" if "chat" in path else choice["text"])
     assert "\ufffd" not in "".join(pieces)
-    assert "".join(pieces) == TEXT
+    assert "".join(pieces) == final
 
 
 def test_responses_stream_deltas_add_up_to_the_text(server):
