@@ -278,6 +278,10 @@ def _ratio(rows: dict[str, Any], n: str, key: Callable[[dict[str, Any]], float])
     return int(n) * one / many if many else 0.0
 
 
+def _span(values: list[int]) -> str:
+    return f"{min(values)}" if min(values) == max(values) else f"{min(values)}-{max(values)}"
+
+
 def markdown(results: dict[str, Any], machine: str) -> str:
     rows, probes = results["rows"], results["probes"]
     counts = list(rows)
@@ -285,10 +289,11 @@ def markdown(results: dict[str, Any], machine: str) -> str:
         "# Where a decode step goes (`python -m evals.benchmarks.step_phases`)",
         "",
         f"{machine}. Default engine (int4wo-32, bf16 KV, exact fast path); n requests of "
-        f"{min(rows[counts[0]]['context_tokens'])}-{max(rows[counts[-1]]['context_tokens'])} tokens each, one new token. "
+        f"{_span(rows[counts[-1]]['context_tokens'])} tokens each, one new token. "
         f"Probes: read bandwidth {probes['bandwidth_gb_s']:.1f} GB/s, int4 kernel {probes['int4_gflops']:.0f} GFLOP/s "
         f"(512 rows), lm_head kernel {probes['lm_head_gflops']:.0f} GFLOP/s (64 rows). ms per step; in brackets the "
-        "phase's roof (its bytes at the bandwidth or its FLOPs at its kernel's rate, the longer).",
+        "phase's roof (its bytes at the bandwidth or its FLOPs at its kernel's rate, the longer) and the roof over "
+        "the measured time.",
         "",
         "| phase | " + " | ".join(f"{n} request{'s' * (n != '1')}" for n in counts) + " |",
         "|---|" + "---|" * len(counts),
