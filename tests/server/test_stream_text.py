@@ -95,3 +95,35 @@ def test_responses_stream_deltas_add_up_to_the_text(server):
             elif event["type"] == "response.output_text.done":
                 done = event["text"]
     assert "".join(deltas) == done == TEXT
+
+
+def _messages(url: str, stream: bool, stop: list[str] | None = None) -> str:
+    body: dict = {"model": "m", "max_tokens": 16, "temperature": 0, "stream": stream}
+    body |= {"messages": [{"role": "user", "content": "Name three colours."}]}
+    if stop:
+        body["stop_sequences"] = stop
+    if not stream:
+        r = httpx.post(f"{url}/v1/messages", json=body, timeout=120)
+        assert r.status_code == 200, r.text
+        return "".join(b["text"] for b in r.json()["content"] if b["type"] == "text")
+    text = ""
+    with httpx.stream("POST", f"{url}/v1/messages", json=body, timeout=120) as r:
+        assert r.status_code == 200
+        for line in r.iter_lines():
+            if line.startswith("data: "):
+                event = json.loads(line.removeprefix("data: "))
+                if event["type"] == "content_block_delta" and event["delta"]["type"] == "text_delta":
+                    text += event["delta"]["text"]
+    return text
+
+
+def test_messages_stream_with_stop_sequences_sends_what_the_message_keeps(server):
+    """The Anthropic door, on the model's own output: stop sequences cut from its middle (3
+    characters: most span two tokens, the case where a stream sent their start early)."""
+    whole = _messages(server.url, stream=False)
+    assert len(whole) > 12
+    for at in (len(whole) // 3, 2 * len(whole) // 3):
+        stop = whole[at : at + 3]
+        kept = _messages(server.url, stream=False, stop=[stop])
+        assert kept == whole[: whole.find(stop)]
+        assert _messages(server.url, stream=True, stop=[stop]) == kept
