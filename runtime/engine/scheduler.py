@@ -53,6 +53,8 @@ IDLE_EXIT_S = 0.05
 CLOSE_JOIN_S = 60.0
 #: what a tokenizer's decode shows for a character whose bytes are not all generated yet
 INCOMPLETE = "\ufffd"
+#: places per stop string and step where a held-back tail may start (stop_tail)
+STOP_TAIL_TRIES = 8
 
 
 def _streamable(text: str, params: SamplingParams) -> str:
@@ -63,9 +65,25 @@ def _streamable(text: str, params: SamplingParams) -> str:
     text will cut off."""
     text = text.rstrip(INCOMPLETE)
     if params.stop and not params.no_stop_trim:
-        hold = max((k for s in params.stop for k in range(1, len(s)) if text.endswith(s[:k])), default=0)
-        text = text[: len(text) - hold]
+        text = text[: len(text) - max(stop_tail(text, s) for s in params.stop)]
     return text
+
+
+def stop_tail(text: str, stop: str) -> int:
+    """How many trailing characters of `text` could be the start of `stop`: its longest suffix
+    that is a proper prefix of `stop`. A step tries at most STOP_TAIL_TRIES places where `stop`
+    could start (stops may be long and repetitive: trying each would cost a step up to
+    ~len(stop)^2 per stop); past them it holds back from the next place, more than needed but
+    never less."""
+    tail = text[max(0, len(text) - len(stop) + 1) :] if len(stop) > 1 else ""
+    at = tail.find(stop[0])
+    for _ in range(STOP_TAIL_TRIES):
+        if at < 0:
+            return 0
+        if stop.startswith(tail[at:]):
+            return len(tail) - at
+        at = tail.find(stop[0], at + 1)
+    return len(tail) - at if at >= 0 else 0
 
 
 def _rid_hit(have: str, want: str, exact: bool) -> bool:
