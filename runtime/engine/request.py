@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from runtime.cache.manager import Lease
 from runtime.cache.seq_kv import SeqKV
 from runtime.engine.logprobs import LogprobState
+from runtime.engine.running_text import RunningText
 from runtime.engine.sampling import Sampler, SamplingParams
 
 if TYPE_CHECKING:
@@ -71,6 +72,8 @@ class Request:
     events: queue.SimpleQueue = field(default_factory=queue.SimpleQueue)
     done: threading.Event = field(default_factory=threading.Event)
     text: str = ""
+    #: the running text's decode state (runtime/engine/running_text.py)
+    running: RunningText = field(default_factory=RunningText)
     error: BaseException | None = None
 
     @property

@@ -55,6 +55,23 @@ CLOSE_JOIN_S = 60.0
 INCOMPLETE = "\ufffd"
 #: places per stop string and step where a held-back tail may start (stop_tail)
 STOP_TAIL_TRIES = 8
+#: characters before the previous step's text end that a stop search also reads: decoding more
+#: tokens can rewrite the last few characters (a multi-byte character completed)
+STOP_SLACK = 16
+
+
+def _stop_hit(text: str, before: int, params: SamplingParams) -> tuple[int, str] | None:
+    """The first stop string found where it can be new, and where it starts. Only a match that
+    ends past the previous step's text is new (an older one stopped the request then): each step
+    searches a window of the longest stop's length, not the whole output."""
+    if not params.stop:
+        return None
+    start = max(0, min(before, len(text)) - max(map(len, params.stop)) - STOP_SLACK)
+    for stop in params.stop:
+        cut = text.find(stop, start)
+        if cut >= 0:
+            return cut, stop
+    return None
 
 
 def _streamable(text: str, params: SamplingParams) -> str:
@@ -111,11 +128,6 @@ class ServeStats:
     prompt_tokens: int = 0
     cached_tokens: int = 0
     completion_tokens: int = 0
-
-
-#: characters before the previous step's text end that a stop search also reads: decoding more
-#: tokens can rewrite the last few characters (a multi-byte character completed)
-STOP_SLACK = 16
 
 
 class Scheduler:
@@ -580,21 +592,29 @@ class Scheduler:
             req.text = self._detok(req.output_ids if p.no_stop_trim else req.output_ids[:-1], p)
             return FinishReason("stop", matched=token)
         before = len(req.text)
-        req.text = self._detok(req.output_ids, p)
-        if p.stop:
-            # only a match that ends in the new text is new (an older one stopped the request then):
-            # each step searches a window of the longest stop's length, not the whole output
-            start = max(0, min(before, len(req.text)) - max(map(len, p.stop)) - STOP_SLACK)
-            for s in p.stop:
-                cut = req.text.find(s, start)
-                if cut >= 0:
-                    req.text = req.text[: cut + len(s) if p.no_stop_trim else cut]
-                    return FinishReason("stop", matched=s)
+        text = req.running.update(req.output_ids, lambda ids: self._detok(ids, p))
+        ending = _stop_hit(text, before, p) is not None or len(req.output_ids) >= p.max_new_tokens
+        if not ending and (req.grammar is None or not req.grammar.is_finished()):
+            req.text = _streamable(text, p)
+            return None
+        # the finished text is one whole decode (the running one equals it where the decoder
+        # splits cleanly: runtime/engine/running_text.py)
+        return self._finished(req, self._detok(req.output_ids, p), before)
+
+    @staticmethod
+    def _finished(req: Request, text: str, before: int) -> FinishReason | None:
+        p = req.params
+        hit = _stop_hit(text, before, p)
+        if hit is not None:
+            cut, stop = hit
+            req.text = text[: cut + len(stop) if p.no_stop_trim else cut]
+            return FinishReason("stop", matched=stop)
+        req.text = text
         if req.grammar is not None and req.grammar.is_finished():
             return FinishReason("stop")
         if len(req.output_ids) >= p.max_new_tokens:
             return FinishReason("length", length=len(req.output_ids))
-        req.text = _streamable(req.text, p)
+        req.text = _streamable(text, p)  # a stop the running text showed and the whole decode has not
         return None
 
     def _detok(self, ids: list[int], params: SamplingParams) -> str:
