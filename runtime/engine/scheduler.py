@@ -21,6 +21,7 @@ import threading
 import time
 import weakref
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -617,7 +618,7 @@ class Scheduler:
         req.text = _streamable(text, p)  # a stop the running text showed and the whole decode has not
         return None
 
-    def _detok(self, ids: list[int], params: SamplingParams) -> str:
+    def _detok(self, ids: Sequence[int], params: SamplingParams) -> str:
         # only a non-default value is passed: minimal tokenizers' decode takes no such keyword
         extra = {} if params.spaces_between_special_tokens else {"spaces_between_special_tokens": False}
         return self.tokenizer.decode(ids, skip_special_tokens=params.skip_special_tokens, **extra)
