@@ -83,6 +83,11 @@ class LogprobState:
     input_top: list[Top | None] = field(default_factory=list)
     output_vals: list[float] = field(default_factory=list)
     output_top: list[Top] = field(default_factory=list)
+    #: the SGLang rows meta_info already built, by field: a stream asks for them at every step,
+    #: and building them all again (a tokenizer decode per token and per top entry) made each
+    #: step O(length)
+    _rows: dict[str, list] = field(default_factory=dict)
+    _texts: dict[int, str | None] = field(default_factory=dict)  # token id -> its text
 
     @classmethod
     def requested(cls, args: LogprobArgs, prompt_len: int) -> LogprobState | None:
@@ -139,6 +144,8 @@ class LogprobState:
         skip = self.spec.start - twin.spec.start + 1  # this state's first position has no logprob
         self.input_vals[1:] = twin.input_vals[skip:]
         self.input_top[1:] = twin.input_top[skip:]
+        self._rows.pop("input_token_logprobs", None)  # rows built before now scored other values
+        self._rows.pop("input_top_logprobs", None)
 
     def record_output(self, logprobs: torch.Tensor, token: int) -> None:
         """logprobs: [vocab] of the distribution the token was drawn from (Sampler.logprobs)."""
@@ -149,23 +156,54 @@ class LogprobState:
     def meta_info(
         self, input_ids: list[int], output_ids: list[int], tokenizer: PreTrainedTokenizerBase | None
     ) -> dict[str, object]:
-        """SGLang's meta_info fields: lists of (logprob, token_id, text-or-None) per position."""
-        decode = _decoder(tokenizer, self.spec.with_text)
-        reported = input_ids[self.spec.start :][: len(self.input_vals)]
-        out_ids = output_ids[: len(self.output_vals)]
+        """SGLang's meta_info fields: lists of (logprob, token_id, text-or-None) per position. Rows
+        are built once and kept (only the new positions cost a step); each call returns new lists."""
+        decode = self._decoder(tokenizer)
+        reported = len(self.input_vals)
+        ins = self._grow(
+            "input_token_logprobs",
+            reported,
+            lambda i: self._triple(self.input_vals[i], input_ids[self.spec.start + i], decode),
+        )
+        outs = self._grow(
+            "output_token_logprobs",
+            len(self.output_vals),
+            lambda i: self._triple(self.output_vals[i], output_ids[i], decode),
+        )
         out: dict[str, object] = {
-            "input_token_logprobs": [
-                (v, t, decode(t)) for v, t in zip(self.input_vals, reported, strict=True)
-            ],
-            "output_token_logprobs": [
-                (v, t, decode(t)) for v, t in zip(self.output_vals, out_ids, strict=True)
-            ],
-            "output_token_logprobs_length": len(out_ids),
+            "input_token_logprobs": ins,
+            "output_token_logprobs": outs,
+            "output_token_logprobs_length": len(outs),
         }
         if self.spec.top_n:
-            out["input_top_logprobs"] = [_triples(t, decode) for t in self.input_top[: len(reported)]]
-            out["output_top_logprobs"] = [_triples(t, decode) for t in self.output_top[: len(out_ids)]]
+            out["input_top_logprobs"] = self._grow(
+                "input_top_logprobs", reported, lambda i: _triples(self.input_top[i], decode)
+            )
+            out["output_top_logprobs"] = self._grow(
+                "output_top_logprobs", len(self.output_top), lambda i: _triples(self.output_top[i], decode)
+            )
         return out
+
+    def _grow(self, name: str, count: int, build: Callable[[int], object]) -> list:
+        rows = self._rows.setdefault(name, [])
+        rows.extend(build(i) for i in range(len(rows), count))
+        return list(rows)
+
+    @staticmethod
+    def _triple(value: float | None, token: int, decode: Callable[[int], str | None]) -> tuple:
+        return (value, token, decode(token))
+
+    def _decoder(self, tokenizer: PreTrainedTokenizerBase | None) -> Callable[[int], str | None]:
+        if not self.spec.with_text or tokenizer is None:
+            return lambda _token_id: None
+        texts = self._texts
+
+        def decode(token_id: int) -> str | None:
+            if token_id not in texts:
+                texts[token_id] = str(tokenizer.decode([token_id]))  # one id list: one string
+            return texts[token_id]
+
+        return decode
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,12 +260,6 @@ class PrefillMemo:
 def _top(rows: torch.Tensor, k: int) -> list[Top]:
     values, ids = torch.topk(rows, k, dim=-1)
     return [list(zip(v, i, strict=True)) for v, i in zip(values.tolist(), ids.tolist(), strict=True)]
-
-
-def _decoder(tokenizer: PreTrainedTokenizerBase | None, with_text: bool) -> Callable[[int], str | None]:
-    if not with_text or tokenizer is None:
-        return lambda _token_id: None
-    return lambda token_id: str(tokenizer.decode([token_id]))  # one id list: one string
 
 
 def _triples(top: Top | None, decode: Callable[[int], str | None]) -> list[tuple] | None:
