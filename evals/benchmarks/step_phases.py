@@ -184,11 +184,13 @@ class _Bench:
         # each call stores a K/V row at the next position, past what the requests hold: no K/V read changes
         return self._timed(lambda: [fn(plans.array, n, li, *args) for li in range(cfg.layers)])
 
-    def lm_head_s(self, n: int) -> float:
+    def lm_head_s(self, n: int, dtype: Any = None) -> float:
+        """The head on n bf16 rows (what a step gives it), or on `dtype` rows: float32 rows take
+        the float32-FMA kernel that bf16 rows took before the pair dot products."""
         import torch
 
         head = self.model.lm_head
-        x = torch.randn(n, self.model.cfg.hidden).to(torch.bfloat16)
+        x = torch.randn(n, self.model.cfg.hidden).to(torch.bfloat16).to(dtype or torch.bfloat16)
         return self._timed(lambda: self.kernel.int8_linear(x, head.weight, head.scales32))
 
 
@@ -215,6 +217,8 @@ def _head_gflops(bench: _Bench, rows: int = 64) -> float:
 
 def _phases(engine: Any, docs: Sequence[list[int]], cfg: PhasesConfig) -> dict[str, Any]:
     """Per request count: the forward, each phase and each roof (seconds), and the probes."""
+    import torch
+
     from evals.benchmarks.limits import bandwidth_gb_s, layer_gflops
 
     bench = _Bench.of(engine, docs, cfg.repeats)
@@ -236,6 +240,7 @@ def _phases(engine: Any, docs: Sequence[list[int]], cfg: PhasesConfig) -> dict[s
             "phases_s": {**phases, "rest of the forward": max(0.0, forward - sum(phases.values()))},
             "roofs_s": _roofs(bench, n, *probes.values()),
             "context_tokens": [kv.length + 1 for kv in bench.kvs[:n]],
+            "lm_head_float32_rows_s": bench.lm_head_s(n, torch.float32),
         }
     return {"probes": probes, "rows": rows}
 
@@ -313,6 +318,12 @@ def markdown(results: dict[str, Any], machine: str) -> str:
         + " | ".join(f"{sum(rows[n]['roofs_s'].values()) * 1e3:.2f}" for n in counts)
         + " |"
     )
+    if all("lm_head_float32_rows_s" in rows[n] for n in counts):
+        lines.append(
+            "| lm_head, float32 rows (the float32-FMA kernel bf16 rows took before) | "
+            + " | ".join(f"{rows[n]['lm_head_float32_rows_s'] * 1e3:.2f}" for n in counts)
+            + " |"
+        )
     measured = [f"{_ratio(rows, n, lambda r: r['period_s']):.2f}x at {n}" for n in counts[1:]]
     at_roofs = [f"{_ratio(rows, n, lambda r: sum(r['roofs_s'].values())):.2f}x at {n}" for n in counts[1:]]
     lines += [

@@ -9,7 +9,9 @@ SDPA: a write and a read of twice the stored bytes per layer and step, most of a
 it in registers (measured in `python -m evals.benchmarks.kv_attention`: the "native" rows). The same
 library holds the two other pieces of a quantized model's decode step that PyTorch runs slowly
 on this CPU: the 49152x576 int8 lm_head (torch's int8 kernel ~11 GB/s, this one at the memory's
-speed) and RMSNorm on a few bf16 rows (~6 small ops of ~5 us each in torch, one call here).
+speed; bf16 rows from 3 on take AVX512-BF16 pair dot products, the same bits as the FMAs
+that one or two rows take) and RMSNorm on a few bf16 rows (~6 small ops of ~5 us each in torch,
+one call here).
 Later additions, for the same reason (a 135M model's decode step is ~40 small ops per layer):
 `layer_step` (rope, K/V store and attention: torch's exact roundings, ~20 ops fewer per layer),
 and `silu_mul` (torch's bits, with torch's own SLEEF exp).
@@ -194,6 +196,8 @@ class DecodeKernel:
     #: silu(gate) * up on bf16 rows with torch's exp, or None where its bits differ from torch's
     #: here (checked at load over every bf16 input) or torch's exp cannot be found
     silu_fn: tuple[ctypes._CFuncPtr, int] | None  # type: ignore[name-defined]  # (kernel, torch's exp)
+    #: the int8 head on bf16 rows with bf16 pair dot products, None without AVX512-BF16
+    int8_bf16_fn: ctypes._CFuncPtr | None  # type: ignore[name-defined]
 
     @classmethod
     def load(cls, cache_dir: Path | None = None) -> DecodeKernel:
@@ -252,7 +256,11 @@ class DecodeKernel:
         bound = (silu, exp16) if exp16 is not None else None
         silu_ok = bound if bound is not None and _silu_matches_torch(bound) else None
         int4_ok = int4 if lib.int4_linear_available() else None
-        return cls(fn, int8, rms, layer, prefill, linear, int4_ok, step, silu_ok)
+        int8_bf16 = lib.int8_linear_bf16
+        int8_bf16.argtypes = [p, p, p, p, i64, i64, i64, ctypes.c_int32]
+        int8_bf16.restype = ctypes.c_int
+        head_ok = int8_bf16 if int4_ok is not None else None  # built where AVX512-BF16 is
+        return cls(fn, int8, rms, layer, prefill, linear, int4_ok, step, silu_ok, head_ok)
 
     @staticmethod
     def plan(
@@ -374,11 +382,30 @@ class DecodeKernel:
         m, k = x.shape
         if weight.dtype != torch.int8 or not weight.is_contiguous() or weight.shape[1] != k:
             return None
+        if x.dtype == torch.bfloat16 and self.int8_bf16_fn is not None and k % 32 == 0:
+            return self._int8_bf16(self.int8_bf16_fn, x.contiguous(), weight, scales32)
         xf = x.float().contiguous()
         out = torch.empty(m, weight.shape[0], dtype=torch.float32)
         args = (xf.data_ptr(), weight.data_ptr(), scales32.data_ptr(), out.data_ptr(), m, weight.shape[0], k)
         if self.int8_fn(*args, torch.get_num_threads()) != 0:
             return None
+        return out
+
+    @staticmethod
+    def _int8_bf16(
+        fn: ctypes._CFuncPtr,  # type: ignore[name-defined]
+        x: torch.Tensor,
+        weight: torch.Tensor,
+        scales32: torch.Tensor,
+    ) -> torch.Tensor:
+        """bf16 rows (the quantized models' activations): pair dot products from 3 rows on, FMAs
+        below, the same bits either way (csrc/decode_attention.c `int8_linear_bf16`): ~1.6x the
+        float32 kernel at a 16-request step. Never the float32 kernel instead: its sums differ."""
+        m, k = x.shape
+        out = torch.empty(m, weight.shape[0], dtype=torch.float32)
+        args = (x.data_ptr(), weight.data_ptr(), scales32.data_ptr(), out.data_ptr(), m, weight.shape[0], k)
+        if fn(*args, torch.get_num_threads()) != 0:
+            raise MemoryError(f"int8_linear_bf16: no memory for {m} rows of {k}")
         return out
 
     def int4_linear(self, x: torch.Tensor, tiles: torch.Tensor, sz: torch.Tensor, group: int) -> torch.Tensor:

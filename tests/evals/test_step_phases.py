@@ -37,6 +37,13 @@ def test_report_gives_each_phase_its_roof_and_both_ratios():
     # measured 4 x 4.0 / 5.0; at the roofs 4 x 2.0 / 2.4
     assert "Summary: aggregate decode over 1 request, measured (step periods): 3.20x at 4; with every" in text
     assert "nothing else costing time: 3.33x at 4." in text
+    assert "float32 rows" not in text  # a report from before the comparison: no row for it
+    for n, ms in (("1", 0.0009), ("4", 0.0012)):
+        results["rows"][n]["lm_head_float32_rows_s"] = ms
+    assert (
+        "| lm_head, float32 rows (the float32-FMA kernel bf16 rows took before) | 0.90 | 1.20 |"
+        in markdown(results, "AMD EPYC, 2 cores")
+    )
 
 
 def test_config_refuses_what_it_cannot_measure():
@@ -59,5 +66,6 @@ def test_real_step_phases_add_up_to_the_step():
         assert row["period_s"] > 0 and row["forward_s"] > 0
         assert all(0 < roof < 1 for roof in row["roofs_s"].values())
         assert len(row["context_tokens"]) == int(n)
+        assert row["lm_head_float32_rows_s"] > 0
     assert results["probes"]["bandwidth_gb_s"] > 1
     assert "| attention |" in markdown(results, "this machine")

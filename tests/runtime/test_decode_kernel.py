@@ -371,3 +371,44 @@ def test_linear_f32_rows_do_not_depend_on_the_rows_beside_them(kernel, n, k):
 def test_linear_f32_refuses_other_dtypes(kernel):
     with pytest.raises(ValueError, match="linear_f32"):
         kernel.linear_f32(torch.ones(2, 16, dtype=torch.bfloat16), torch.ones(4, 16), None)
+
+
+@pytest.mark.parametrize("m", [1, 5, 16, 23])
+def test_int8_head_on_bf16_rows_is_row_invariant_in_every_block(kernel, m):
+    """bf16 rows take the pair-dot-product head where the CPU has AVX512-BF16 (blocks of up to 8
+    rows, 4 or 2 outputs, a one-output tail: 1001 outputs): each row the bits it gets alone,
+    within float rounding of the float32 rows' kernel."""
+    g = torch.Generator().manual_seed(m)
+    w = torch.randint(-127, 128, (1001, 576), dtype=torch.int8, generator=g)
+    scales = torch.rand(1001, generator=g) * 0.01
+    x = torch.randn(m, 576, generator=g).bfloat16()
+    out = kernel.int8_linear(x, w, scales)
+    assert out is not None
+    for i in range(m):  # one or two rows take the FMA kernel, more the pair dot products
+        assert torch.equal(kernel.int8_linear(x[i : i + 1], w, scales), out[i : i + 1])
+        assert torch.equal(kernel.int8_linear(x[i : i + 2], w, scales), out[i : i + 2])
+    torch.testing.assert_close(out, kernel.int8_linear(x.float(), w, scales), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        out.double(), x.double() @ (w.double() * scales.double()[:, None]).T, atol=1e-5, rtol=1e-5
+    )
+
+
+def test_int8_head_takes_inputs_below_2e_minus_100_as_zero(kernel):
+    """Denormal and tiny bf16 inputs: the pair dot products flush denormals and FMAs do not, so
+    both kernels take |x| < 2^-100 as 0 and agree on every row count."""
+    g = torch.Generator().manual_seed(5)
+    w = torch.randint(-127, 128, (256, 64), dtype=torch.int8, generator=g)
+    scales = torch.ones(256)
+    x = torch.randn(9, 64, generator=g).bfloat16()
+    x[:, :8] = torch.tensor([1e-39, -3e-40, 2**-101, -(2**-110), 2**-99, 1e-38, 0.0, -0.0]).bfloat16()
+    out = kernel.int8_linear(x, w, scales)
+    assert out is not None
+    for i in range(9):
+        assert torch.equal(kernel.int8_linear(x[i : i + 1], w, scales), out[i : i + 1])
+    flushed = x.clone()
+    flushed[:, :4] = 0
+    assert torch.equal(kernel.int8_linear(flushed, w, scales), out)
+    # a row of 2^-99 is kept, one of 2^-101 is zero
+    rows = torch.tensor([[2.0**-99] * 64, [2.0**-101] * 64]).bfloat16()
+    kept, zero = kernel.int8_linear(rows, w, scales)
+    assert kept.abs().max() > 0 and zero.abs().max() == 0
