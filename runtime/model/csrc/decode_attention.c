@@ -508,7 +508,8 @@ int int8_linear(const float *x, const int8_t *w, const float *scale, float *y, i
 
 /* The same product for bf16 rows (the quantized models' activations), y[m][n] = scale[n] *
  * sum_k x[m][k] * w[n][k], by two kernels that give the same bits, so a row's logits do not
- * depend on how many rows share the call (the exact path's contract):
+ * depend on how many rows share the call (the exact path's contract), and the bits int8_linear
+ * gives the same rows as float32 (its chain): the logits did not change when this came in.
  * - many rows: AVX512-BF16 pair dot products (twice the float32 FMA's multiply-adds per
  *   instruction), each weight widened once per block of up to 8 rows;
  * - one or two rows, where the weights' bytes bound the time: float32 FMAs, one weight widened
