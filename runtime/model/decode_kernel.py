@@ -182,6 +182,13 @@ class DecodePlans:
         return cls(array, len(plans), plans[0].heads, plans[0].head_dim, tuple(plans))
 
 
+def _bind(fn: ctypes._CFuncPtr, argtypes: list) -> ctypes._CFuncPtr:  # type: ignore[name-defined]
+    """A library function with its C signature (every kernel returns an int status)."""
+    fn.argtypes = argtypes
+    fn.restype = ctypes.c_int
+    return fn
+
+
 @dataclass(frozen=True, slots=True)
 class DecodeKernel:
     fn: ctypes._CFuncPtr  # type: ignore[name-defined]  # ctypes' function type has no public name
@@ -211,55 +218,25 @@ class DecodeKernel:
             lib = ctypes.CDLL(str(path))
         except OSError as e:
             raise KernelUnavailable(f"could not load {path.name}: {e}") from e
-        fn = lib.decode_attention
-        fn.argtypes = [ctypes.POINTER(_Plan), ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p]
-        fn.restype = ctypes.c_int
-        int8 = lib.int8_linear
-        p, i64 = ctypes.c_void_p, ctypes.c_int64
-        int8.argtypes = [p, p, p, p, i64, i64, i64, ctypes.c_int32]
-        int8.restype = ctypes.c_int
-        rms = lib.rms_norm_bf16
-        rms.argtypes = [p, p, p, i64, i64, ctypes.c_float]
-        rms.restype = ctypes.c_int
-        layer = lib.decode_layer
-        layer.argtypes = [p, i64, i64, ctypes.c_int32, p, i64, p, p, p]
-        layer.restype = ctypes.c_int
-        prefill = lib.prefill_attention
-        prefill.argtypes = [ctypes.POINTER(_Plan), i64, i64, i64, p, p]
-        prefill.restype = ctypes.c_int
-        linear = lib.linear_f32_invariant
-        linear.argtypes = [p, p, p, p, i64, i64, i64, ctypes.c_int32]
-        linear.restype = ctypes.c_int
-        int4 = lib.int4_linear
-        int4.argtypes = [p, p, p, p, i64, i64, i64, i64, ctypes.c_int32]
-        int4.restype = ctypes.c_int
-        step = lib.decode_layer_int4
-        step.argtypes = [
-            p,
-            i64,
-            i64,
-            ctypes.POINTER(_Int4Layer),
-            p,
-            i64,
-            i64,
-            ctypes.c_float,
-            p,
-            p,
-            p,
-            ctypes.c_int32,
-        ]
-        step.restype = ctypes.c_int
-        silu = lib.silu_mul_bf16
-        silu.argtypes = [p, p, i64, i64, p]
-        silu.restype = ctypes.c_int
+        p, i64, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32
+        plan = ctypes.POINTER(_Plan)
+        matmul = [p, p, p, p, i64, i64, i64, i32]  # x, weights, scales, out, m, n, k, threads
+        fn = _bind(lib.decode_attention, [plan, i64, p, p])
+        int8 = _bind(lib.int8_linear, matmul)
+        rms = _bind(lib.rms_norm_bf16, [p, p, p, i64, i64, ctypes.c_float])
+        layer = _bind(lib.decode_layer, [p, i64, i64, i32, p, i64, p, p, p])
+        prefill = _bind(lib.prefill_attention, [plan, i64, i64, i64, p, p])
+        linear = _bind(lib.linear_f32_invariant, matmul)
+        int4 = _bind(lib.int4_linear, [p, p, p, p, i64, i64, i64, i64, i32])
+        layer4 = [p, i64, i64, ctypes.POINTER(_Int4Layer), p, i64, i64, ctypes.c_float, p, p, p, i32]
+        step = _bind(lib.decode_layer_int4, layer4)
+        silu = _bind(lib.silu_mul_bf16, [p, p, i64, i64, p])
         exp16 = _torch_exp16()
         bound = (silu, exp16) if exp16 is not None else None
         silu_ok = bound if bound is not None and _silu_matches_torch(bound) else None
-        int4_ok = int4 if lib.int4_linear_available() else None
-        int8_bf16 = lib.int8_linear_bf16
-        int8_bf16.argtypes = [p, p, p, p, i64, i64, i64, ctypes.c_int32]
-        int8_bf16.restype = ctypes.c_int
-        head_ok = int8_bf16 if int4_ok is not None else None  # built where AVX512-BF16 is
+        bf16 = bool(lib.int4_linear_available())  # built where the CPU has AVX512-BF16
+        int4_ok = int4 if bf16 else None
+        head_ok = _bind(lib.int8_linear_bf16, matmul) if bf16 else None
         return cls(fn, int8, rms, layer, prefill, linear, int4_ok, step, silu_ok, head_ok)
 
     @staticmethod
