@@ -512,16 +512,17 @@ int int8_linear(const float *x, const int8_t *w, const float *scale, float *y, i
  * gives the same rows as float32 (its chain): the logits did not change when this came in.
  * - many rows: AVX512-BF16 pair dot products (twice the float32 FMA's multiply-adds per
  *   instruction), each weight widened once per block of up to 8 rows;
- * - one or two rows, where the weights' bytes bound the time: float32 FMAs, one weight widened
- *   per FMA (the pair kernel's widening and shuffle cost more per weight than one row's products:
- *   one row measured 0.41 ms there, 0.34-0.37 here; from 3 rows on the pair kernel is faster).
+ * - one or two rows, where the weights' bytes bound the time: int8_linear's float32 FMAs, one
+ *   weight widened per FMA (the pair kernel's widening and shuffle cost more per weight than
+ *   one row's products: one row measured 0.41 ms there, 0.34-0.37 here; from 3 rows on the pair
+ *   kernel is faster).
  * One chain per output lane i: acc += x[d+i] * w[d+i] for d = 0, 16, 32, ... in order, each
  * product exact (bf16 times |w| <= 127: 16 significant bits) and each sum rounded once; then one
  * horizontal sum and the scale. vdpbf16ps adds its lane's odd element's product, then its even
  * one's, each rounded once, so the pair kernel feeds it x and w interleaved per 32 inputs as
  * (d+16+i, d+i) (tests/runtime/test_decode_kernel.py checks the two kernels' bits against each
- * other). Returns -1 where the CPU has no
- * AVX512-BF16 or k % 32 (the caller then takes int8_linear, for every row count). */
+ * other). Returns -1 where the CPU has no AVX512-BF16 or k % 32 (the caller then takes
+ * int8_linear, for every row count). */
 #if defined(__AVX512BF16__) && defined(__AVX512BW__)
 /* The bf16 of 32 small integers at p, interleaved (p[i], p[16+i]) per 32-bit lane: their float32
  * bits end in 16 zeros, so each bf16 is its float's high half (one shuffle). */
@@ -551,89 +552,63 @@ static inline __attribute__((always_inline)) void pairs_outs(const uint16_t *xi,
         for (int o = 0; o < OUT; o++) y[r * n_out + n + o] = _mm512_reduce_add_ps(acc[r][o]) * scale[n + o];
 }
 
-/* Outputs n..n+OUT-1 for R float32 rows (x as given): the same chains with FMAs. */
-static inline __attribute__((always_inline)) void fma_outs(const float *x, const int8_t *w, const float *scale,
-                                                           float *y, int64_t n, int64_t n_out, int64_t k,
-                                                           const int R, const int OUT) {
-    __m512 acc[4][4];
-    for (int r = 0; r < R; r++)
-        for (int o = 0; o < OUT; o++) acc[r][o] = _mm512_setzero_ps();
-    for (int64_t d = 0; d < k; d += 16)
-        for (int o = 0; o < OUT; o++) {
-            const __m512 wv =
-                _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(w + (n + o) * k + d))));
-            for (int r = 0; r < R; r++) acc[r][o] = _mm512_fmadd_ps(_mm512_loadu_ps(x + r * k + d), wv, acc[r][o]);
-        }
-    for (int r = 0; r < R; r++)
-        for (int o = 0; o < OUT; o++) y[r * n_out + n + o] = _mm512_reduce_add_ps(acc[r][o]) * scale[n + o];
-}
-
 /* Outputs n0..n1-1 of R rows: OUT at a time (the rows 8 ahead fetched meanwhile), then one by one. */
-static inline __attribute__((always_inline)) void head_block(const void *x, const int8_t *w, const float *scale,
-                                                             float *y, int64_t n0, int64_t n1, int64_t n_out,
-                                                             int64_t k, const int R, const int OUT, const int pairs) {
+static inline __attribute__((always_inline)) void pairs_block(const uint16_t *xi, const int8_t *w, const float *scale,
+                                                              float *y, int64_t n0, int64_t n1, int64_t n_out,
+                                                              int64_t k, const int R, const int OUT) {
     int64_t n = n0;
     for (; n + OUT <= n1; n += OUT) {
         if (n + 2 * OUT + 8 <= n_out)
             for (int64_t b = 0; b < OUT * k; b += 64) __builtin_prefetch(w + (n + OUT + 8) * k + b, 0, 2);
-        if (pairs) pairs_outs((const uint16_t *)x, w, scale, y, n, n_out, k, R, OUT);
-        else fma_outs((const float *)x, w, scale, y, n, n_out, k, R, OUT);
+        pairs_outs(xi, w, scale, y, n, n_out, k, R, OUT);
     }
-    for (; n < n1; n++) {
-        if (pairs) pairs_outs((const uint16_t *)x, w, scale, y, n, n_out, k, R, 1);
-        else fma_outs((const float *)x, w, scale, y, n, n_out, k, R, 1);
-    }
+    for (; n < n1; n++) pairs_outs(xi, w, scale, y, n, n_out, k, R, 1);
 }
 
-#define FEW_ROWS 2 /* up to this many rows the FMA kernel runs: the weights' bytes bound them */
+#define FEW_ROWS 2 /* up to this many rows int8_linear runs: the weights' bytes bound them */
 /* inputs below 2^-100 are taken as 0: then every product is a multiple of 2^-107 and no sum is a
  * denormal, which vdpbf16ps would flush and an FMA would not (setting FTZ/DAZ instead cost one
  * row's call ~15%); their products are 1e-28 of a logit's */
 #define TINY_EXP 27
 
+/* a bf16 input, 0 below 2^-100 (TINY_EXP) */
+static inline uint16_t flushed(uint16_t v) { return ((v >> 7) & 0xFF) < TINY_EXP ? 0 : v; }
+
 int int8_linear_bf16(const uint16_t *x, const int8_t *w, const float *scale, float *y, int64_t m, int64_t n_out,
                      int64_t k, int32_t threads) {
     if (m <= 0 || k <= 0 || k % 32) return -1;
     const int pairs = m > FEW_ROWS;
-    /* the FMA kernel's rows in float32; the pair kernel's interleaved (d+i, d+16+i) */
+    /* int8_linear's float32 rows, or the pair kernel's interleaved (d+16+i, d+i) */
     void *xs = malloc((size_t)(m * k) * (pairs ? sizeof(uint16_t) : sizeof(float)));
     if (!xs) return -1;
     for (int64_t r = 0; r < m; r++)
         for (int64_t d = 0; d < k; d += 32)
-            for (int i = 0; i < 16; i++)
-                for (int h = 0; h < 2; h++) {
-                    const uint16_t raw = x[r * k + d + i + 16 * (1 - h)];
-                    const uint16_t v = ((raw >> 7) & 0xFF) < TINY_EXP ? 0 : raw;
-                    if (pairs) ((uint16_t *)xs)[r * k + d + 2 * i + h] = v;
-                    else {
-                        const union { uint32_t u; float f; } f = {.u = (uint32_t)v << 16};
-                        ((float *)xs)[r * k + d + i + 16 * (1 - h)] = f.f;
-                    }
-                }
-#pragma omp parallel num_threads(threads) if (threads > 1 && n_out >= 256)
-    {
-#pragma omp for schedule(static)
-        for (int64_t n0 = 0; n0 < n_out; n0 += 64) {
-            const int64_t n1 = n0 + 64 < n_out ? n0 + 64 : n_out;
-            for (int64_t r0 = 0; r0 < m; r0 += 8) {
-                const int rows = m - r0 < 8 ? (int)(m - r0) : 8;
-                const void *xr = pairs ? (const void *)((const uint16_t *)xs + r0 * k)
-                                       : (const void *)((const float *)xs + r0 * k);
-                float *yr = y + r0 * n_out;
-                switch (pairs ? rows : rows + 8) { /* constants in each copy: accumulators in registers */
-                case 1: head_block(xr, w, scale, yr, n0, n1, n_out, k, 1, 4, 1); break;
-                case 2: head_block(xr, w, scale, yr, n0, n1, n_out, k, 2, 4, 1); break;
-                case 3: head_block(xr, w, scale, yr, n0, n1, n_out, k, 3, 4, 1); break;
-                case 4: head_block(xr, w, scale, yr, n0, n1, n_out, k, 4, 4, 1); break;
-                case 5: head_block(xr, w, scale, yr, n0, n1, n_out, k, 5, 2, 1); break;
-                case 6: head_block(xr, w, scale, yr, n0, n1, n_out, k, 6, 2, 1); break;
-                case 7: head_block(xr, w, scale, yr, n0, n1, n_out, k, 7, 2, 1); break;
-                case 8: head_block(xr, w, scale, yr, n0, n1, n_out, k, 8, 2, 1); break;
-                case 9: head_block(xr, w, scale, yr, n0, n1, n_out, k, 1, 4, 0); break;
-                case 10: head_block(xr, w, scale, yr, n0, n1, n_out, k, 2, 4, 0); break;
-                case 11: head_block(xr, w, scale, yr, n0, n1, n_out, k, 3, 4, 0); break;
-                default: head_block(xr, w, scale, yr, n0, n1, n_out, k, 4, 4, 0); break;
-                }
+            for (int i = 0; i < 32; i++) {
+                const uint16_t v = flushed(x[r * k + d + i]);
+                const union { uint32_t u; float f; } f = {.u = (uint32_t)v << 16};
+                if (pairs) ((uint16_t *)xs)[r * k + d + (i < 16 ? 2 * i + 1 : 2 * (i - 16))] = v;
+                else ((float *)xs)[r * k + d + i] = f.f;
+            }
+    if (!pairs) {
+        const int rc = int8_linear((const float *)xs, w, scale, y, m, n_out, k, threads);
+        free(xs);
+        return rc;
+    }
+    const uint16_t *xi = (const uint16_t *)xs;
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1 && n_out >= 256)
+    for (int64_t n0 = 0; n0 < n_out; n0 += 64) {
+        const int64_t n1 = n0 + 64 < n_out ? n0 + 64 : n_out;
+        for (int64_t r0 = 0; r0 < m; r0 += 8) {
+            float *yr = y + r0 * n_out;
+            switch (m - r0 < 8 ? m - r0 : 8) { /* constants in each copy: accumulators in registers */
+            case 1: pairs_block(xi + r0 * k, w, scale, yr, n0, n1, n_out, k, 1, 4); break;
+            case 2: pairs_block(xi + r0 * k, w, scale, yr, n0, n1, n_out, k, 2, 4); break;
+            case 3: pairs_block(xi + r0 * k, w, scale, yr, n0, n1, n_out, k, 3, 4); break;
+            case 4: pairs_block(xi + r0 * k, w, scale, yr, n0, n1, n_out, k, 4, 4); break;
+            case 5: pairs_block(xi + r0 * k, w, scale, yr, n0, n1, n_out, k, 5, 2); break;
+            case 6: pairs_block(xi + r0 * k, w, scale, yr, n0, n1, n_out, k, 6, 2); break;
+            case 7: pairs_block(xi + r0 * k, w, scale, yr, n0, n1, n_out, k, 7, 2); break;
+            default: pairs_block(xi + r0 * k, w, scale, yr, n0, n1, n_out, k, 8, 2); break;
             }
         }
     }
