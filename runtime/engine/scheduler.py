@@ -345,9 +345,10 @@ class Scheduler:
         ).cpu()  # sampling, grammar masks and RNGs live on the CPU
         now = time.perf_counter()
         self.meters.tokens(sum(1 for r in fed if r.prefilled and r.params.max_new_tokens), now)
-        # every row's greedy pick in one op: one argmax per request cost ~40 us each (16 requests:
-        # ~0.6 ms of a step)
-        best = logits.argmax(dim=-1).tolist()
+        # every row's greedy pick in one call: one argmax per request cost ~40 us each, torch's over
+        # all rows ~27 us a row (16 requests: ~0.44 ms of a step), the native one a few us a row
+        kernel = self.decode_kernel
+        best = kernel.argmax(logits) if kernel is not None else logits.argmax(dim=-1).tolist()
         for row, req in enumerate(fed):
             if segments[row].prompt_logits is not None:
                 self._record_prompt_logprobs(req, segments[row])

@@ -67,7 +67,8 @@ from runtime.errors import RadixAgentError
 #: compiled into one library: attention, norms and the int8 head; the int4 matmul; an int4 model's
 #: whole decode layer in one call
 SOURCES = tuple(
-    Path(__file__).parent / "csrc" / n for n in ("decode_attention.c", "int4_linear.c", "decode_step.c")
+    Path(__file__).parent / "csrc" / n
+    for n in ("decode_attention.c", "int4_linear.c", "decode_step.c", "argmax.c")
 )
 #: compiled with -ffast-math (vectorised expf, reassociated sums), linked without it: GCC 12 links
 #: crtfastmath.o into a -shared -ffast-math library, which at load turns on flush-to-zero for the
@@ -205,6 +206,8 @@ class DecodeKernel:
     silu_fn: tuple[ctypes._CFuncPtr, int] | None  # type: ignore[name-defined]  # (kernel, torch's exp)
     #: the int8 head on bf16 rows with bf16 pair dot products, None without AVX512-BF16
     int8_bf16_fn: ctypes._CFuncPtr | None  # type: ignore[name-defined]
+    #: each row's argmax of float32 logits, torch.argmax's pick (csrc/argmax.c)
+    argmax_fn: ctypes._CFuncPtr  # type: ignore[name-defined]
 
     @classmethod
     def load(cls, cache_dir: Path | None = None) -> DecodeKernel:
@@ -237,7 +240,8 @@ class DecodeKernel:
         bf16 = bool(lib.int4_linear_available())  # built where the CPU has AVX512-BF16
         int4_ok = int4 if bf16 else None
         head_ok = _bind(lib.int8_linear_bf16, matmul) if bf16 else None
-        return cls(fn, int8, rms, layer, prefill, linear, int4_ok, step, silu_ok, head_ok)
+        argmax = _bind(lib.argmax_rows, [p, i64, i64, i64, p])
+        return cls(fn, int8, rms, layer, prefill, linear, int4_ok, step, silu_ok, head_ok, argmax)
 
     @staticmethod
     def plan(
@@ -367,6 +371,16 @@ class DecodeKernel:
         if self.int8_fn(*args, torch.get_num_threads()) != 0:
             return None
         return out
+
+    def argmax(self, logits: torch.Tensor) -> list[int]:
+        """Each row's torch.argmax of [m, vocab] logits (the first largest, or the first NaN) in
+        one native call: torch's read a 49152-entry row in 27 us, this one in a few."""
+        if logits.dtype != torch.float32 or logits.dim() != 2 or logits.stride(1) != 1 or not logits.shape[1]:
+            return logits.argmax(dim=-1).tolist()
+        m, n = logits.shape
+        out = torch.empty(m, dtype=torch.int64)
+        self.argmax_fn(logits.data_ptr(), m, n, logits.stride(0), out.data_ptr())
+        return out.tolist()
 
     @staticmethod
     def _int8_bf16(

@@ -413,3 +413,48 @@ def test_int8_head_takes_inputs_below_2e_minus_100_as_zero(kernel):
     rows = torch.tensor([[2.0**-99] * 64, [2.0**-101] * 64]).bfloat16()
     kept, zero = kernel.int8_linear(rows, w, scales)
     assert kept.abs().max() > 0 and zero.abs().max() == 0
+
+
+@pytest.mark.parametrize("n", [1, 5, 15, 16, 17, 31, 32, 33, 49152])
+def test_argmax_is_torchs_pick_on_random_rows(kernel, n):
+    x = torch.randn(7, n, generator=torch.Generator().manual_seed(n))
+    assert kernel.argmax(x) == x.argmax(dim=-1).tolist()
+
+
+def _row(n: int, fill: float, at: dict[int, float]) -> torch.Tensor:
+    x = torch.full((n,), fill)
+    for i, v in at.items():
+        x[i] = v
+    return x
+
+
+@pytest.mark.parametrize(
+    "n, fill, at",
+    [
+        (40, 0.0, {3: 1.0, 20: 1.0, 39: 1.0}),  # ties: the first
+        (40, 0.0, {35: 2.0, 38: 2.0}),  # ties in the tail only
+        (40, 0.0, {7: float("nan"), 2: 5.0}),  # a NaN wins over every value
+        (40, 0.0, {38: float("nan"), 39: float("nan"), 1: float("inf")}),  # the first NaN, in the tail
+        (16, 0.0, {15: float("nan")}),
+        (40, float("-inf"), {}),  # all -inf: index 0
+        (9, float("-inf"), {}),
+        (40, -1.0, {10: float("inf"), 12: float("inf")}),
+        (40, -1.0, {4: -0.0, 6: 0.0}),  # -0 == +0: the first
+        (40, -1.0, {4: 0.0, 6: -0.0}),
+        (33, -3.0, {32: -2.0}),  # the largest is the last entry, alone in the tail
+    ],
+)
+def test_argmax_is_torchs_pick_on_ties_nans_and_infinities(kernel, n, fill, at):
+    x = _row(n, fill, at)
+    rows = torch.stack([x, x.flip(0), torch.randn(n, generator=torch.Generator().manual_seed(1))])
+    assert kernel.argmax(rows) == rows.argmax(dim=-1).tolist()
+
+
+def test_argmax_reads_strided_rows_and_falls_back_on_other_dtypes(kernel):
+    wide = torch.randn(5, 100, generator=torch.Generator().manual_seed(2))
+    wide[:, 60:] = 1e9  # past the view's columns: must not be read
+    view = wide[:, :60]
+    assert view.stride(0) == 100 and kernel.argmax(view) == view.argmax(dim=-1).tolist()
+    assert kernel.argmax(view.double()) == view.argmax(dim=-1).tolist()
+    assert kernel.argmax(view.t().contiguous().t()) == view.argmax(dim=-1).tolist()  # column-major
+    assert kernel.argmax(torch.empty(0, 49152)) == []
