@@ -458,3 +458,32 @@ def test_argmax_reads_strided_rows_and_falls_back_on_other_dtypes(kernel):
     assert kernel.argmax(view.double()) == view.argmax(dim=-1).tolist()
     assert kernel.argmax(view.t().contiguous().t()) == view.argmax(dim=-1).tolist()  # column-major
     assert kernel.argmax(torch.empty(0, 49152)) == []
+
+
+def test_argmax_without_avx512_is_torchs_pick_too(tmp_path):
+    """The portable path (CPUs without AVX-512F build it): the same cases, built with AVX-512 off."""
+    import ctypes
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    from runtime.model.decode_kernel import FLAGS
+
+    if shutil.which("cc") is None:
+        pytest.skip("no C compiler")
+    src = Path(__file__).parents[2] / "runtime" / "model" / "csrc" / "argmax.c"
+    lib_path = tmp_path / "argmax.so"
+    flags = [f for f in FLAGS if f != "-march=native"] + ["-mno-avx512f", "-shared"]
+    subprocess.run(["cc", *flags, "-o", str(lib_path), str(src)], check=True, capture_output=True)
+    fn = ctypes.CDLL(str(lib_path)).argmax_rows
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
+    nan, inf = float("nan"), float("inf")
+    rows = [torch.randn(3, n, generator=torch.Generator().manual_seed(n)) for n in (1, 15, 17, 49152)]
+    rows += [
+        torch.tensor([r], dtype=torch.float32)
+        for r in ([0, 1, 1, 0], [0, nan, 5, nan], [-inf, -inf], [-1, -0.0, 0.0], [1, inf, inf, nan], [nan])
+    ]
+    for x in rows:
+        out = torch.empty(x.shape[0], dtype=torch.int64)
+        assert fn(x.data_ptr(), x.shape[0], x.shape[1], x.stride(0), out.data_ptr()) == 0
+        assert out.tolist() == x.argmax(dim=-1).tolist()
