@@ -585,9 +585,12 @@ int int8_linear_bf16(const uint16_t *x, const int8_t *w, const float *scale, flo
         for (int64_t d = 0; d < k; d += 32)
             for (int i = 0; i < 32; i++) {
                 const uint16_t v = flushed(x[r * k + d + i]);
-                const union { uint32_t u; float f; } f = {.u = (uint32_t)v << 16};
-                if (pairs) ((uint16_t *)xs)[r * k + d + (i < 16 ? 2 * i + 1 : 2 * (i - 16))] = v;
-                else ((float *)xs)[r * k + d + i] = f.f;
+                if (pairs) {
+                    ((uint16_t *)xs)[r * k + d + (i < 16 ? 2 * i + 1 : 2 * (i - 16))] = v;
+                } else {
+                    const union { uint32_t u; float f; } f = {.u = (uint32_t)v << 16};
+                    ((float *)xs)[r * k + d + i] = f.f;
+                }
             }
     if (!pairs) {
         const int rc = int8_linear((const float *)xs, w, scale, y, m, n_out, k, threads);
