@@ -50,7 +50,7 @@ def run_ours(engine: Any, cfg: BenchConfig, say: Callable[[str], None], hits: bo
     qa = qa_prompts(tok, essay_documents(tok, 1, cfg.doc_tokens)[0], QUESTIONS)
     say(f"prefix reuse: {len(qa.prefix)}-token document, {cfg.repeats} repeats")
     reuse = prefix_reuse(runner, qa, cfg.repeats, cfg.out_tokens, cfg.decode_tokens)
-    say(f"throughput: sessions {cfg.sessions}")
+    say(f"throughput: sessions {cfg.sessions}, {cfg.session_rounds} interleaved rounds")
     runner.reset()
     chunks = essay_documents(tok, max(cfg.sessions), cfg.session_prompt_tokens)
     sweep = throughput_sweep(
@@ -58,7 +58,7 @@ def run_ours(engine: Any, cfg: BenchConfig, say: Callable[[str], None], hits: bo
         [qa_prompts(tok, c, QUESTIONS[:1]).prompt(0) for c in chunks],
         cfg.sessions,
         cfg.session_new_tokens,
-        cfg.repeats,
+        cfg.session_rounds,
     )
     parts = {"qa": qa, "prefix_reuse": reuse, "throughput": sweep}
     if hits:
@@ -222,6 +222,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--doc-tokens", type=int, default=None)
     p.add_argument("--repeats", type=int, default=None)
+    p.add_argument(
+        "--session-rounds",
+        type=int,
+        default=None,
+        help="rounds of the session sweep (each count once per round)",
+    )
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     p.add_argument("--peer-threads", type=int, default=None, help="llama.cpp threads (default: as torch)")
     p.add_argument(
@@ -312,6 +318,7 @@ def main(argv: list[str] | None = None) -> int:
         for k, v in {
             "doc_tokens": args.doc_tokens,
             "repeats": args.repeats,
+            "session_rounds": args.session_rounds,
             "threads": args.threads,
             "peer_threads": args.peer_threads,
         }.items()

@@ -239,22 +239,35 @@ def throughput(engine: Any, prompts: Sequence[list[int]], new_tokens: int = 64) 
 def throughput_sweep(
     engine: Any, docs: Sequence[list[int]], counts: Sequence[int], new_tokens: int, repeats: int = 1
 ) -> dict[str, Any]:
-    """`throughput` at each session count; session i asks about its own document docs[i]. With
-    `repeats` > 1 each count runs that many times and its row is the run of median aggregate decode
-    (a 1-session window is ~0.3 s: one run moves with the machine's noise), every run's figure
-    kept in `decode_tok_s_runs`."""
-    rows = []
-    for n in counts:
-        runs = []
-        for _ in range(repeats):
+    """`throughput` at each session count; session i asks about its own document docs[i]. The
+    counts run round by round (1, 4, 16, 1, 4, 16, ...), so slow drift on a shared machine falls on
+    every count alike and each round has its own ratio over its 1-session run
+    (`decode_{n}_over_1_rounds`). Each count's row is its run of median aggregate decode (a
+    1-session window is ~0.3 s: one run moves with the machine's noise), every run's figure kept
+    in round order in `decode_tok_s_runs`; `decode_{n}_over_1` is the ratio of those rows."""
+    runs: dict[int, list[dict[str, Any]]] = {n: [] for n in counts}
+    for _ in range(repeats):
+        for n in counts:
             engine.flush_cache()  # each run starts cold: earlier runs asked the same documents
-            runs.append(throughput(engine, [list(docs[i % len(docs)]) for i in range(n)], new_tokens))
-        runs.sort(key=lambda r: r["decode_tok_s"])
-        rows.append({**runs[len(runs) // 2], "decode_tok_s_runs": [r["decode_tok_s"] for r in runs]})
+            runs[n].append(throughput(engine, [list(docs[i % len(docs)]) for i in range(n)], new_tokens))
+    rows = [_median_run(runs[n]) for n in counts]
     by_n = {r["sessions"]: r for r in rows}
     base = by_n.get(1, {}).get("decode_tok_s", 0.0)
     ratios = {f"decode_{n}_over_1": r["decode_tok_s"] / base for n, r in by_n.items() if n != 1 and base}
-    return {"rows": rows, **ratios}
+    rounds = {
+        f"decode_{n}_over_1_rounds": [
+            r["decode_tok_s"] / one["decode_tok_s"] for r, one in zip(runs[n], runs[1], strict=True)
+        ]
+        for n in counts
+        if n != 1 and 1 in runs and all(one["decode_tok_s"] for one in runs[1])
+    }
+    return {"rows": rows, **ratios, **rounds}
+
+
+def _median_run(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The run of median aggregate decode, with every run's figure in round order."""
+    middle = sorted(runs, key=lambda r: r["decode_tok_s"])[len(runs) // 2]
+    return {**middle, "decode_tok_s_runs": [r["decode_tok_s"] for r in runs]}
 
 
 # ---- the run ----------------------------------------------------------------------------------
@@ -269,6 +282,8 @@ class BenchConfig:
     sessions: tuple[int, ...] = (1, 4, 16)
     session_prompt_tokens: int = 256
     session_new_tokens: int = 64
+    #: rounds of the session sweep (every count once per round, interleaved)
+    session_rounds: int = 5
     hit_docs: int = 3
     hit_doc_tokens: int = 1000
     peers: bool = True
@@ -279,8 +294,12 @@ class BenchConfig:
     torchao_config: str | None = "int4wo-32"
 
     def __post_init__(self) -> None:
-        if self.doc_tokens < 16 or self.repeats < 1 or self.decode_tokens < 2 or not self.sessions:
-            raise ValueError("doc_tokens >= 16, repeats >= 1, decode_tokens >= 2 and sessions are required")
+        if self.doc_tokens < 16 or min(self.repeats, self.session_rounds) < 1 or self.decode_tokens < 2:
+            raise ValueError(
+                "doc_tokens >= 16, repeats >= 1, session_rounds >= 1 and decode_tokens >= 2 are required"
+            )
+        if not self.sessions:
+            raise ValueError("sessions are required")
 
 
 QUICK = BenchConfig(
@@ -291,6 +310,7 @@ QUICK = BenchConfig(
     sessions=(1, 2),
     session_prompt_tokens=16,
     session_new_tokens=3,
+    session_rounds=2,
     hit_docs=2,
     hit_doc_tokens=32,
 )

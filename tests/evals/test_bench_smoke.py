@@ -69,6 +69,10 @@ def test_bench_sections_on_the_engine(engine, tmp_path):
         for r in rows
     )
     assert "decode_2_over_1" in results["throughput"]
+    # each round's ratio is that round's 2-session run over its own 1-session run
+    one, two = (r["decode_tok_s_runs"] for r in rows)
+    assert len(one) == len(two) == cfg.session_rounds
+    assert results["throughput"]["decode_2_over_1_rounds"] == [b / a for a, b in zip(one, two, strict=True)]
     hits = results["multi_session"]["radixagent"]
     assert set(hits) == HIT_KEYS and hits["requests"] == cfg.hit_docs * 2 and hits["hit_rate"] > 0.3
     assert results["ratios"]["cached_ttft_vs_llama_cpp"] is None  # peers off: no ratio, no made-up number
@@ -78,6 +82,7 @@ def test_bench_sections_on_the_engine(engine, tmp_path):
     assert results["ratios"]["quantized_cached_ttft_vs_llama_cpp"] is None
     text = render_report(results)
     assert "## Ratios and targets" in text and "| radixagent (ours), float32 |" in text
+    assert text.count("Aggregate decode over 1 session, round by round: 2 sessions: ") == 2  # float32, int4
     assert "| int4wo-32: single-stream decode" in text and "| radixagent (ours), int4wo-32 |" in text
     lim = quant["limits"]  # beside the figures: the bandwidth and peak they are bounded by
     assert lim["bandwidth_gb_s"] > 0 and lim["sgemm_gflops"] > 0 and lim["prefill_limit_tok_s"] > 0
@@ -91,6 +96,35 @@ def test_bench_sections_on_the_engine(engine, tmp_path):
     assert f"| aggregate decode, {max(cfg.sessions)} sessions at {lim['session_context']} tokens" in report
     assert "x the measured 1 session; " in report and "x the 1-session limit)" in report
     engine.check_integrity()
+
+
+class _RecordingEngine:
+    """Streams `max_new_tokens` one-token chunks and records each run's session count, so the
+    sweep's order is visible (the real engine's runs are in the test above)."""
+
+    def __init__(self) -> None:
+        self.flushes = 0
+        self.requests: list[int] = []
+
+    def flush_cache(self) -> None:
+        self.flushes += 1
+        self.requests.append(0)
+
+    def generate_stream(self, input_ids, sampling_params):
+        self.requests[-1] += 1
+        for i in range(1, sampling_params["max_new_tokens"] + 1):
+            yield {"output_ids": [7] * i, "meta_info": {"ttft": 0.001, "cached_tokens": 0}}
+
+
+def test_session_sweep_interleaves_the_counts_round_by_round():
+    from evals.benchmarks.bench_measure import throughput_sweep
+
+    engine = _RecordingEngine()
+    sweep = throughput_sweep(engine, [[1, 2, 3]] * 4, [1, 4], new_tokens=3, repeats=3)
+    assert engine.requests == [1, 4, 1, 4, 1, 4]  # not 1, 1, 1, 4, 4, 4: drift falls on both counts
+    assert [r["sessions"] for r in sweep["rows"]] == [1, 4]
+    assert all(len(r["decode_tok_s_runs"]) == 3 for r in sweep["rows"])
+    assert len(sweep["decode_4_over_1_rounds"]) == 3 and "decode_4_over_1" in sweep
 
 
 def test_bench_gpu_tiny_runs_on_cpu(tmp_path, monkeypatch):

@@ -258,21 +258,40 @@ def _reuse_section(r: dict[str, Any]) -> list[str]:
 def _throughput_section(r: dict[str, Any]) -> list[str]:
     """Concurrent sessions: the float32 table, then the quantized one when measured."""
     c = r["config"]
+    rounds = c.get("session_rounds", c["repeats"])  # results from before the sweep interleaved
     lines = [
         "## Throughput: concurrent sessions (threads calling the engine)",
         "",
         f"Each session asks one question about its own {c['session_prompt_tokens']}-token document and "
         f"decodes {c['session_new_tokens']} tokens; all start together. Aggregate decode tok/s counts the "
-        "tokens produced while every session was decoding (last first token to first finish); each "
-        f"session count runs {c['repeats']} times from a cold cache and its row is the run of median "
-        "aggregate decode (every run's figure in bench.json's `decode_tok_s_runs`).",
+        "tokens produced while every session was decoding (last first token to first finish). The "
+        f"session counts run interleaved, {rounds} rounds (every count once per round, each run from a "
+        "cold cache); a count's row is its run of median aggregate decode (every run's figure, in round "
+        "order, in bench.json's `decode_tok_s_runs`), and each round's own ratio over its 1-session run "
+        "is listed under the table.",
         "",
         *throughput_rows(r["throughput"]["rows"]),
+        *round_ratio_lines(r["throughput"]),
     ]
     if "quantized" in r:
         lines += ["", f"With `--torchao-config {r['quantized']['torchao_config']}` (same sessions):", ""]
         lines += throughput_rows(r["quantized"]["throughput"]["rows"])
+        lines += round_ratio_lines(r["quantized"]["throughput"])
     return lines
+
+
+def round_ratio_lines(sweep: dict[str, Any]) -> list[str]:
+    """Each round's aggregate decode over that round's 1-session run, per session count."""
+    per_count = [
+        f"{key.removeprefix('decode_').split('_')[0]} sessions: " + ", ".join(f"{x:.2f}x" for x in ratios)
+        for key, ratios in sweep.items()
+        if key.endswith("_over_1_rounds")
+    ]
+    return (
+        ["", "Aggregate decode over 1 session, round by round: " + "; ".join(per_count) + "."]
+        if per_count
+        else []
+    )
 
 
 def _hit_section(r: dict[str, Any]) -> list[str]:
