@@ -490,8 +490,13 @@ def _cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "radixagent" / "kernels"
 
 
+def compiler() -> str:
+    """The C compiler the kernels are built with: $CC, else cc."""
+    return os.environ.get("CC") or "cc"
+
+
 def _build(cache_dir: Path) -> Path:
-    cc = os.environ.get("CC") or "cc"
+    cc = compiler()
     if shutil.which(cc) is None:
         raise KernelUnavailable(f"no C compiler ({cc!r} is not on PATH; set CC)")
     try:

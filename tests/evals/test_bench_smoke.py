@@ -103,11 +103,9 @@ class _RecordingEngine:
     sweep's order is visible (the real engine's runs are in the test above)."""
 
     def __init__(self) -> None:
-        self.flushes = 0
-        self.requests: list[int] = []
+        self.requests: list[int] = []  # per run (a flush starts one): its request count
 
     def flush_cache(self) -> None:
-        self.flushes += 1
         self.requests.append(0)
 
     def generate_stream(self, input_ids, sampling_params):

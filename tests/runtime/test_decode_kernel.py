@@ -463,14 +463,13 @@ def test_argmax_reads_strided_rows_and_falls_back_on_other_dtypes(kernel):
 def test_argmax_without_avx512_is_torchs_pick_too(tmp_path):
     """The portable path (CPUs without AVX-512F build it): the same cases, built with AVX-512 off."""
     import ctypes
-    import os
     import shutil
     import subprocess
     from pathlib import Path
 
-    from runtime.model.decode_kernel import FLAGS
+    from runtime.model.decode_kernel import FLAGS, compiler
 
-    cc = os.environ.get("CC") or "cc"  # the compiler the kernel's own build takes
+    cc = compiler()
     if shutil.which(cc) is None:
         pytest.skip("no C compiler")
     src = Path(__file__).parents[2] / "runtime" / "model" / "csrc" / "argmax.c"
