@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -324,7 +325,11 @@ def main(argv: list[str] | None = None) -> int:
         }.items()
         if v is not None
     } | {"torchao_config": args.torchao_config or None}
-    cfg = replace(cfg, peers=not args.no_peers, **overrides)
+    try:
+        cfg = replace(cfg, peers=not args.no_peers, **overrides)
+    except ValueError as e:  # a flag out of range: say which, before loading anything
+        print(f"bench: {e}", file=sys.stderr)
+        return 2
     say("loading the engine")
     engine = Engine(  # float32: the HF-identical row; the default (int4wo-32) is `run_quantized`'s
         dtype="float32",

@@ -125,6 +125,13 @@ def test_session_sweep_interleaves_the_counts_round_by_round():
     assert len(sweep["decode_4_over_1_rounds"]) == 3 and "decode_4_over_1" in sweep
 
 
+@pytest.mark.parametrize("flag", ["--session-rounds", "--repeats"])
+def test_bench_refuses_a_count_below_one_by_name_before_loading(flag, capsys):
+    assert bench.main(["--quick", "--no-peers", flag, "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("bench: ") and flag.removeprefix("--").replace("-", "_") in err
+
+
 def test_bench_gpu_tiny_runs_on_cpu(tmp_path, monkeypatch):
     monkeypatch.setenv("OUT", str(tmp_path))
     assert bench_gpu.main(["--device", "cpu", "--tiny"]) == 0
